@@ -1,0 +1,42 @@
+// The three classes of failure (see STYLE.md "Errors carry their evidence") and the exit codes.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace pgtide::replicate {
+
+/// Process exit codes (DESIGN §6).
+enum class ExitCode : int {
+    Ok = 0,
+    Other = 1,
+    Usage = 2,
+    SourceNotReady = 3,
+    Fenced = 4,
+    SlotLost = 5,
+};
+
+/// Connection lost, server shutting down, timeouts: reconnect with backoff and resume.
+class TransientError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+/// The work cannot go on without a person: stop with an exit code and a hint.
+class DefiniteError : public std::runtime_error {
+public:
+    DefiniteError(ExitCode code, const std::string& message)
+        : std::runtime_error(message), code_(code) {}
+    ExitCode code() const { return code_; }
+
+private:
+    ExitCode code_;
+};
+
+/// A broken invariant (a change outside a transaction, LSNs out of order). Never swallowed.
+class InternalError : public std::logic_error {
+public:
+    using std::logic_error::logic_error;
+};
+
+} // namespace pgtide::replicate

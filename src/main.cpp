@@ -1,0 +1,2 @@
+// pgtide: the binary's entry point.
+int main() { return 0; }
