@@ -1,0 +1,44 @@
+// Table: a replicated table as both sides see it: source name, target name, typed columns, key.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "schema/value.hpp"
+
+namespace pgtide::schema {
+
+/// What the codecs need to know of a column's type, resolved from the source catalog:
+/// domains are replaced by their base type, arrays name their element's (base) type.
+struct TypeRef {
+    std::uint32_t oid = 0;         ///< base type OID (a domain's base, never the domain)
+    std::uint32_t element_oid = 0; ///< for array types: the element's base type OID; else 0
+    friend bool operator==(const TypeRef&, const TypeRef&) = default;
+};
+
+struct TableColumn {
+    std::string name;        ///< source column name (also the destination column name)
+    TypeRef type;            ///< resolved type
+    std::int32_t typmod = -1;
+    StorageClass storage = StorageClass::Text; ///< declared SQLite type
+    bool key = false;        ///< part of the ordering/identity key
+    friend bool operator==(const TableColumn&, const TableColumn&) = default;
+};
+
+struct Table {
+    std::string schema;                   ///< source schema, e.g. "public"
+    std::string name;                     ///< source table name
+    std::string target;                   ///< destination table name (DESIGN §5 naming)
+    std::vector<TableColumn> columns;     ///< published columns, source order
+    std::vector<std::size_t> key_columns; ///< indexes into columns, key order
+
+    /// "schema.name" as the user writes it (unquoted).
+    std::string qualified() const { return schema + "." + name; }
+};
+
+/// The destination name DESIGN §5 gives a source table: public.t → t, s.t → s__t.
+std::string default_target_name(const std::string& schema, const std::string& name);
+
+} // namespace pgtide::schema
