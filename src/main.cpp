@@ -1,2 +1,162 @@
-// pgtide: the binary's entry point.
-int main() { return 0; }
+// pgtide: the binary's entry point: command line, config, signals, exit codes.
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+#include "io/cancel.hpp"
+#include "io/event_loop.hpp"
+#include "io/log.hpp"
+#include "io/pg_connection.hpp"
+#include "io/signals.hpp"
+#include "io/sync_wait.hpp"
+#include "io/when_all.hpp"
+#include "replicate/coordinator.hpp"
+#include "replicate/errors.hpp"
+#include "src/command_line.hpp"
+#include "src/config.hpp"
+
+namespace {
+
+using pgtide::replicate::ExitCode;
+
+pgtide::replicate::RunOptions run_options(const pgtide::app::Config& c,
+                                          const pgtide::app::CommandLine& cl) {
+    pgtide::replicate::RunOptions o;
+    o.source_dsn = c.source.dsn;
+    o.publications = c.source.publications;
+    o.slot = c.source.slot;
+    o.temporary_slot = c.source.temporary_slot;
+    o.existing_slot_restart =
+        c.source.existing_slot == pgtide::app::SourceConfig::ExistingSlot::RestartSnapshot;
+    o.reconnect_deadline = c.source.reconnect_deadline;
+    o.sqlite_path = c.destination.sqlite_path();
+    o.parallel_tables = c.snapshot.parallel_tables;
+    o.page_rows = c.snapshot.page_rows;
+    o.batch_rows = c.snapshot.batch_rows;
+    o.batch_bytes = c.snapshot.batch_bytes;
+    o.max_row_bytes = c.snapshot.max_row_bytes;
+    o.max_attempts = c.snapshot.max_attempts;
+    o.status_interval = c.stream.status_interval;
+    o.flush_interval = c.apply.flush_interval;
+    o.apply_batch_rows = c.apply.batch_rows;
+    for (const auto& t : c.tables) {
+        pgtide::replicate::TableOverride ov;
+        const auto dot = t.name.find('.');
+        ov.schema = dot == std::string::npos ? "public" : t.name.substr(0, dot);
+        ov.name = dot == std::string::npos ? t.name : t.name.substr(dot + 1);
+        ov.target = t.target;
+        ov.key = t.key;
+        o.tables.push_back(std::move(ov));
+    }
+    o.once = cl.once;
+    o.resnapshot = cl.resnapshot;
+    return o;
+}
+
+// Turns SIGINT/SIGTERM into a stop request at the next transaction boundary.
+pgtide::io::Task<void> watch_signals(pgtide::replicate::Coordinator* coordinator,
+                                     pgtide::io::CancelToken token) {
+    try {
+        std::vector<int> signals{SIGINT, SIGTERM};
+        const int sig = co_await pgtide::io::wait_signal(std::move(signals), token);
+        pgtide::io::log_info("signal received; finishing the current transaction",
+                             {{"signal", sig == SIGINT ? "SIGINT" : "SIGTERM"}});
+        coordinator->request_stop();
+    } catch (const pgtide::io::Cancelled&) {
+    }
+}
+
+pgtide::io::Task<pgtide::replicate::RunSummary> run_then_stop(pgtide::replicate::Coordinator* c,
+                                                              pgtide::io::CancelSource* watcher) {
+    std::exception_ptr error;
+    pgtide::replicate::RunSummary summary;
+    try {
+        summary = co_await c->run();
+    } catch (...) {
+        error = std::current_exception();
+    }
+    watcher->cancel();
+    if (error) {
+        std::rethrow_exception(error);
+    }
+    co_return summary;
+}
+
+pgtide::io::Task<pgtide::replicate::RunSummary> run_command(pgtide::replicate::RunOptions options) {
+    pgtide::replicate::Coordinator coordinator(std::move(options));
+    pgtide::io::CancelSource watcher;
+    auto [summary, ignored] = co_await pgtide::io::when_all(
+        run_then_stop(&coordinator, &watcher), watch_signals(&coordinator, watcher.token()));
+    (void)ignored;
+    co_return summary;
+}
+
+int run(const pgtide::app::CommandLine& cl, const pgtide::app::Config& config) {
+    pgtide::io::block_signals({SIGINT, SIGTERM});
+    std::signal(SIGPIPE, SIG_IGN);
+    pgtide::io::EventLoop loop;
+    const auto summary = pgtide::io::sync_wait(loop, run_command(run_options(config, cl)));
+    if (cl.json) {
+        std::printf("{\"tables_copied\":%lld,\"rows_copied\":%lld,\"transactions\":%lld,"
+                    "\"changes\":%lld,\"lsn\":\"%s\",\"epoch\":%lld}\n",
+                    (long long)summary.tables_copied, (long long)summary.rows_copied,
+                    (long long)summary.transactions, (long long)summary.changes,
+                    summary.lsn.str().c_str(), (long long)summary.epoch);
+    } else {
+        std::printf("pgtide: copied %lld tables (%lld rows), applied %lld transactions (%lld "
+                    "changes), reached LSN %s in epoch %lld\n",
+                    (long long)summary.tables_copied, (long long)summary.rows_copied,
+                    (long long)summary.transactions, (long long)summary.changes,
+                    summary.lsn.str().c_str(), (long long)summary.epoch);
+    }
+    std::fflush(stdout);
+    return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    using namespace pgtide;
+    try {
+        const app::CommandLine cl = app::parse_command_line(argc, argv);
+        if (cl.command == app::Command::Help) {
+            std::cout << app::usage_text();
+            return 0;
+        }
+        if (cl.command == app::Command::Version) {
+            std::cout << "pgtide 0.1.0\n";
+            return 0;
+        }
+        const app::Config config = app::build_config(cl);
+        io::set_log_options(
+            io::LogLevel(int(config.log.level)),
+            config.log.format == app::LogConfig::Format::Json ? io::LogFormat::Json
+                                                              : io::LogFormat::Text);
+        switch (cl.command) {
+        case app::Command::Run:
+            if (!config.destination.is_sqlite()) {
+                io::log_error("only sqlite: destinations are supported so far");
+                return int(ExitCode::Usage);
+            }
+            return run(cl, config);
+        default:
+            io::log_error("this command is not implemented yet; see `pgtide --help`");
+            return int(ExitCode::Usage);
+        }
+    } catch (const app::UsageError& e) {
+        std::cerr << "pgtide: " << e.what() << "\n" << "try `pgtide --help`\n";
+        return int(ExitCode::Usage);
+    } catch (const app::ConfigError& e) {
+        io::log_error(e.what());
+        return int(ExitCode::Usage);
+    } catch (const replicate::DefiniteError& e) {
+        io::log_error(e.what());
+        return int(e.code());
+    } catch (const io::PgError& e) {
+        io::log_error(e.what(), {{"sqlstate", e.sqlstate}});
+        return int(ExitCode::Other);
+    } catch (const std::exception& e) {
+        io::log_error(e.what());
+        return int(ExitCode::Other);
+    }
+}

@@ -1,0 +1,328 @@
+// Applier: destination transactions, checkpoint CAS, feedback.
+#include "replicate/applier.hpp"
+
+#include "io/log.hpp"
+#include "replicate/errors.hpp"
+#include "replicate/replication_connection.hpp"
+
+namespace pgtide::replicate {
+
+namespace {
+
+std::int64_t unix_ms_now() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+} // namespace
+
+Applier::Applier(SqliteDestination &destination, io::WorkerThread &writer, Checkpoint durable,
+                 ApplierOptions options)
+    : destination_(destination), writer_(writer), checkpoint_(std::move(durable)),
+      options_(options), last_commit_(std::chrono::steady_clock::now()),
+      complete_lsn_(checkpoint_.lsn) {}
+
+void Applier::set_tables(std::vector<std::shared_ptr<const schema::Table>> tables) {
+    tables_ = std::move(tables);
+    rows_per_table_.assign(tables_.size(), 0);
+}
+
+Checkpoint Applier::next_checkpoint(schema::Lsn lsn) const {
+    Checkpoint next = checkpoint_;
+    next.lsn = std::max(lsn, checkpoint_.lsn);
+    next.updated_at_unix_ms = unix_ms_now();
+    next.lease_until_unix_ms = next.updated_at_unix_ms + options_.lease.count();
+    return next;
+}
+
+io::Task<void> Applier::commit(schema::Lsn lsn) {
+    Checkpoint next = next_checkpoint(lsn);
+    const Checkpoint expected = checkpoint_;
+    std::vector<TableProgress> progress = std::move(progress_);
+    progress_.clear();
+    SqliteDestination *dest = &destination_;
+    const bool open = in_transaction_;
+    auto job = [dest, expected, next, progress, open]() {
+        if (!open) {
+            dest->begin();
+        }
+        for (const auto &p : progress) {
+            dest->set_table_progress(next.slot_name, p);
+        }
+        if (!dest->cas_checkpoint(expected, next)) {
+            dest->rollback();
+            return false;
+        }
+        dest->commit();
+        return true;
+    };
+    const bool ok = co_await writer_.run(std::move(job));
+    in_transaction_ = false;
+    rows_in_transaction_ = 0;
+    if (!ok) {
+        throw DefiniteError(ExitCode::Fenced,
+                            "the checkpoint of slot " + expected.slot_name +
+                                " was changed by another process (owner, epoch or LSN differ); "
+                                "another pgtide took over this destination, stopping");
+    }
+    checkpoint_ = next;
+    last_commit_ = std::chrono::steady_clock::now();
+    stats_.transactions += pending_transactions_;
+    stats_.changes += pending_changes_;
+    pending_transactions_ = 0;
+    pending_changes_ = 0;
+    if (stream_ != nullptr) {
+        // Only now is the checkpoint durable: the slot may move up to it, never further.
+        co_await stream_->send_status(checkpoint_.lsn, checkpoint_.lsn, false);
+    }
+}
+
+io::Task<void> Applier::run(io::Channel<ApplyWork> &input) {
+    for (;;) {
+        std::optional<ApplyWork> work = co_await input.recv();
+        if (!work || std::holds_alternative<Finish>(*work)) {
+            break;
+        }
+        const bool empty = input.size() == 0;
+        co_await apply(std::move(*work), empty);
+    }
+    // Commit what is complete: never a part of a source transaction.
+    if (source_open_) {
+        co_await abort();
+        co_return;
+    }
+    if (in_transaction_ || complete_lsn_ > checkpoint_.lsn || !progress_.empty()) {
+        co_await commit(complete_lsn_);
+    }
+}
+
+io::Task<void> Applier::apply(ApplyWork work, bool input_empty) {
+    SqliteDestination *dest = &destination_;
+    const auto now = std::chrono::steady_clock::now();
+    if (auto *rows = std::get_if<CopyRows>(&work)) {
+        std::shared_ptr<const schema::Table> table = tables_.at(rows->table);
+        const schema::Lsn version = checkpoint_.consistent_lsn;
+        const bool open = in_transaction_;
+        const auto n = std::int64_t(rows->rows.size());
+        auto job = [dest, table, version, open, batch = std::move(rows->rows)]() {
+            if (!open) {
+                dest->begin();
+            }
+            for (const auto &row : batch) {
+                dest->copy_row(*table, row, version);
+            }
+        };
+        if (!in_transaction_) {
+            transaction_started_ = now;
+        }
+        in_transaction_ = true;
+        co_await writer_.run(std::move(job));
+        rows_in_transaction_ += n;
+        rows_per_table_.at(rows->table) += n;
+        stats_.rows_copied += n;
+        const auto &t = *tables_.at(rows->table);
+        progress_.push_back(TableProgress{t.qualified(), t.target, TableState::Copying,
+                                          checkpoint_.epoch, version,
+                                          rows_per_table_.at(rows->table)});
+        if (rows_in_transaction_ >= options_.batch_rows * 5) {
+            co_await commit(checkpoint_.lsn);
+        }
+        co_return;
+    }
+    if (auto *done = std::get_if<CopyComplete>(&work)) {
+        const auto &t = *tables_.at(done->table);
+        progress_.push_back(TableProgress{t.qualified(), t.target, TableState::Copied,
+                                          checkpoint_.epoch, checkpoint_.consistent_lsn,
+                                          done->rows});
+        stats_.tables_copied += 1;
+        io::log_info("table copied",
+                     {{"table", t.qualified()}, {"rows", std::to_string(done->rows)}});
+        co_return;
+    }
+    if (auto *batch = std::get_if<ChangeBatch>(&work)) {
+        const bool open = in_transaction_;
+        const auto n = std::int64_t(batch->changes.size());
+        auto job = [dest, open, changes = std::move(batch->changes)]() {
+            if (!open) {
+                dest->begin();
+            }
+            for (const auto &c : changes) {
+                switch (c.kind) {
+                case Change::Kind::Upsert:
+                    dest->upsert(*c.table, c.values, c.version);
+                    break;
+                case Change::Kind::Delete:
+                    dest->remove(*c.table, c.values, c.version, false);
+                    break;
+                case Change::Kind::Truncate:
+                    dest->truncate(*c.table, c.version, false);
+                    break;
+                }
+            }
+        };
+        if (!in_transaction_) {
+            transaction_started_ = now;
+        }
+        in_transaction_ = true;
+        source_open_ = true;
+        co_await writer_.run(std::move(job));
+        rows_in_transaction_ += n;
+        pending_changes_ += n;
+        co_return;
+    }
+    if (auto *c = std::get_if<SourceCommit>(&work)) {
+        source_open_ = false;
+        complete_lsn_ = std::max(complete_lsn_, c->end_lsn);
+        pending_transactions_ += 1;
+        if (rows_in_transaction_ >= options_.batch_rows || input_empty ||
+            now - transaction_started_ >= options_.flush_interval) {
+            co_await commit(complete_lsn_);
+        }
+        co_return;
+    }
+    if (auto *idle = std::get_if<SourceIdle>(&work)) {
+        // Everything before `position` has been received and applied: it may be confirmed
+        // once the checkpoint says so.
+        if (source_open_) {
+            co_return;
+        }
+        complete_lsn_ = std::max(complete_lsn_, idle->position);
+        if (in_transaction_ || (complete_lsn_ > checkpoint_.lsn &&
+                                now - last_commit_ >= options_.idle_checkpoint_interval)) {
+            co_await commit(complete_lsn_);
+        }
+        co_return;
+    }
+    if (auto *change = std::get_if<SchemaChange>(&work)) {
+        // DDL is transactional in SQLite: the new column commits with the changes using it.
+        const bool open = in_transaction_;
+        std::shared_ptr<const schema::Table> table = change->table;
+        auto job = [dest, open, table]() {
+            if (!open) {
+                dest->begin();
+            }
+            dest->ensure_table(*table);
+        };
+        if (!in_transaction_) {
+            transaction_started_ = now;
+        }
+        in_transaction_ = true;
+        co_await writer_.run(std::move(job));
+        io::log_info("table schema changed", {{"table", table->qualified()}});
+        co_return;
+    }
+    if (std::holds_alternative<Tick>(work)) {
+        if (!source_open_ && in_transaction_ &&
+            now - transaction_started_ >= options_.flush_interval) {
+            co_await commit(complete_lsn_);
+        } else if (!in_transaction_ && now - last_commit_ >= options_.lease_renewal) {
+            co_await commit(complete_lsn_); // renews the lease
+        }
+        co_return;
+    }
+}
+
+io::Task<void> Applier::start_epoch(std::int64_t epoch, schema::Lsn consistent_lsn) {
+    Checkpoint next = next_checkpoint(consistent_lsn);
+    next.epoch = epoch;
+    next.phase = Phase::Snapshot;
+    next.consistent_lsn = consistent_lsn;
+    next.lsn = consistent_lsn;
+    const Checkpoint expected = checkpoint_;
+    std::vector<schema::Table> tables;
+    for (const auto &t : tables_) {
+        tables.push_back(*t);
+    }
+    SqliteDestination *dest = &destination_;
+    auto job = [dest, expected, next, tables]() {
+        dest->begin();
+        dest->reset_tables(next.slot_name, tables);
+        for (const auto &t : tables) {
+            dest->set_table_progress(next.slot_name,
+                                     TableProgress{t.qualified(), t.target, TableState::Init,
+                                                   next.epoch, next.consistent_lsn, 0});
+        }
+        if (!dest->cas_checkpoint(expected, next)) {
+            dest->rollback();
+            return false;
+        }
+        dest->commit();
+        return true;
+    };
+    if (!co_await writer_.run(std::move(job))) {
+        throw DefiniteError(ExitCode::Fenced, "the checkpoint of slot " + expected.slot_name +
+                                                  " was changed by another process");
+    }
+    checkpoint_ = next;
+    complete_lsn_ = consistent_lsn;
+    rows_per_table_.assign(tables_.size(), 0);
+}
+
+io::Task<void> Applier::complete_snapshot() {
+    for (std::size_t i = 0; i < tables_.size(); ++i) {
+        const auto &t = *tables_[i];
+        progress_.push_back(TableProgress{t.qualified(), t.target, TableState::Ready,
+                                          checkpoint_.epoch, checkpoint_.consistent_lsn,
+                                          rows_per_table_.at(i)});
+    }
+    std::vector<std::string> targets;
+    for (const auto &t : tables_) {
+        targets.push_back(t->target);
+    }
+    SqliteDestination *dest = &destination_;
+    const bool open = in_transaction_;
+    auto job = [dest, open, targets]() {
+        if (!open) {
+            dest->begin();
+        }
+        for (const auto &t : targets) {
+            dest->clear_tombstones(t);
+        }
+    };
+    co_await writer_.run(std::move(job));
+    in_transaction_ = true;
+    // The CAS compares slot, epoch, owner and lsn, not the phase, so the phase written by
+    // this commit can be set before it.
+    checkpoint_.phase = Phase::Streaming;
+    co_await commit(checkpoint_.consistent_lsn);
+}
+
+io::Task<void> Applier::take_over(std::string owner) {
+    Checkpoint next = next_checkpoint(checkpoint_.lsn);
+    next.owner = std::move(owner);
+    const Checkpoint expected = checkpoint_;
+    SqliteDestination *dest = &destination_;
+    auto job = [dest, expected, next]() {
+        dest->begin();
+        if (!dest->cas_checkpoint(expected, next)) {
+            dest->rollback();
+            return false;
+        }
+        dest->commit();
+        return true;
+    };
+    if (!co_await writer_.run(std::move(job))) {
+        throw DefiniteError(ExitCode::Fenced, "another pgtide took over slot " +
+                                                  expected.slot_name + " at the same moment");
+    }
+    checkpoint_ = next;
+    last_commit_ = std::chrono::steady_clock::now();
+}
+
+io::Task<void> Applier::abort() {
+    if (in_transaction_) {
+        SqliteDestination *dest = &destination_;
+        auto job = [dest]() { dest->rollback(); };
+        co_await writer_.run(std::move(job));
+    }
+    in_transaction_ = false;
+    source_open_ = false;
+    rows_in_transaction_ = 0;
+    progress_.clear();
+    complete_lsn_ = checkpoint_.lsn;
+    pending_changes_ = 0;
+    pending_transactions_ = 0;
+}
+
+} // namespace pgtide::replicate

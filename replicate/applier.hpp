@@ -1,0 +1,101 @@
+// Applier: the only writer of the destination and the only place that advances the checkpoint.
+//
+// Order of every destination transaction (DESIGN §1.3): the rows, then the compare-and-swap of
+// the checkpoint row, then COMMIT on the writer thread, and only after COMMIT returns, the
+// standby status update to PostgreSQL. A crash anywhere before COMMIT loses the destination
+// transaction and the source resends it (the slot never moved past the last durable
+// checkpoint); a crash after COMMIT and before feedback makes the source resend transactions
+// the destination already has, which the versioned upsert absorbs and the end-LSN skip avoids.
+//
+// Source transactions are grouped: a destination transaction only ever ends at a source commit
+// (never in the middle of a source transaction), once it holds batch_rows rows, or has been
+// open for flush_interval, or the input channel ran dry. A failed CAS means another process
+// took the destination: stop at once with exit code 4, without committing.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "io/channel.hpp"
+#include "io/task.hpp"
+#include "io/worker_thread.hpp"
+#include "replicate/apply_work.hpp"
+#include "replicate/checkpoint.hpp"
+#include "replicate/sqlite_destination.hpp"
+
+namespace pgtide::replicate {
+
+class ReplicationConnection;
+
+struct ApplierOptions {
+    std::int64_t batch_rows = 10000;
+    std::chrono::milliseconds flush_interval{100};
+    std::chrono::milliseconds lease{30000};
+    std::chrono::milliseconds lease_renewal{10000};
+    std::chrono::milliseconds idle_checkpoint_interval{10000};
+};
+
+struct ApplyStats {
+    std::int64_t rows_copied = 0;
+    std::int64_t tables_copied = 0;
+    std::int64_t transactions = 0;
+    std::int64_t changes = 0;
+};
+
+class Applier {
+public:
+    Applier(SqliteDestination& destination, io::WorkerThread& writer, Checkpoint durable,
+            ApplierOptions options);
+
+    /// Tables CopyRows/CopyComplete refer to by index; target tables must exist.
+    void set_tables(std::vector<std::shared_ptr<const schema::Table>> tables);
+    /// Where feedback goes once a checkpoint is durable (nullptr: nowhere, during the copy).
+    void set_stream(ReplicationConnection* stream) { stream_ = stream; }
+
+    /// Applies work until Finish arrives or the channel closes, then commits what is complete.
+    /// Suspends. Throws DefiniteError(Fenced) when the checkpoint CAS fails, and whatever the
+    /// destination throws (the open destination transaction is rolled back by abort()).
+    io::Task<void> run(io::Channel<ApplyWork>& input);
+
+    /// Starts a new epoch: empties every target table and its state, records the slot's
+    /// consistent LSN, phase snapshot. Commits. Suspends.
+    io::Task<void> start_epoch(std::int64_t epoch, schema::Lsn consistent_lsn);
+    /// Every table is copied: tables ready, tombstones gone, phase streaming at the consistent
+    /// LSN. Commits. Suspends.
+    io::Task<void> complete_snapshot();
+    /// Takes ownership of the checkpoint row with a fresh owner token and lease. Suspends.
+    io::Task<void> take_over(std::string owner);
+    /// Rolls back an open destination transaction (after a failure). Suspends.
+    io::Task<void> abort();
+
+    const Checkpoint& checkpoint() const { return checkpoint_; }
+    const ApplyStats& stats() const { return stats_; }
+
+private:
+    io::Task<void> apply(ApplyWork work, bool input_empty);
+    io::Task<void> commit(schema::Lsn lsn);
+    Checkpoint next_checkpoint(schema::Lsn lsn) const;
+
+    SqliteDestination& destination_;
+    io::WorkerThread& writer_;
+    Checkpoint checkpoint_;
+    ApplierOptions options_;
+    ReplicationConnection* stream_ = nullptr;
+    std::vector<std::shared_ptr<const schema::Table>> tables_;
+    std::vector<std::int64_t> rows_per_table_;
+    std::vector<TableProgress> progress_; ///< table states to write with the next commit
+
+    bool in_transaction_ = false;
+    std::int64_t rows_in_transaction_ = 0;
+    std::chrono::steady_clock::time_point transaction_started_;
+    std::chrono::steady_clock::time_point last_commit_;
+    schema::Lsn complete_lsn_;  ///< end LSN of the last whole source transaction applied
+    bool source_open_ = false; ///< changes of an uncommitted source transaction are applied
+    std::int64_t pending_transactions_ = 0;
+    std::int64_t pending_changes_ = 0;
+    ApplyStats stats_;
+};
+
+} // namespace pgtide::replicate

@@ -1,0 +1,68 @@
+// ApplyWork: what the snapshot readers and the stream reader hand to the applier.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <variant>
+#include <vector>
+
+#include "schema/lsn.hpp"
+#include "schema/table.hpp"
+#include "schema/value.hpp"
+
+namespace pgtide::replicate {
+
+/// One row change of the stream, already decoded to canonical values.
+struct Change {
+    enum class Kind { Upsert, Delete, Truncate };
+    Kind kind = Kind::Upsert;
+    std::shared_ptr<const schema::Table> table;
+    schema::Row values;  ///< Upsert: every column (UnchangedToast allowed); Delete: key columns
+    schema::Lsn version; ///< commit LSN of the source transaction
+};
+
+/// Rows of one table read under the snapshot, at the snapshot's consistent LSN.
+struct CopyRows {
+    std::size_t table = 0; ///< index into the coordinator's table list
+    std::vector<schema::Row> rows;
+};
+
+/// Every row of a table has been sent.
+struct CopyComplete {
+    std::size_t table = 0;
+    std::int64_t rows = 0;
+};
+
+/// Changes of the open source transaction, in source order.
+struct ChangeBatch {
+    std::vector<Change> changes;
+};
+
+/// The open source transaction committed; its changes are all in earlier ChangeBatches.
+struct SourceCommit {
+    schema::Lsn end_lsn;
+    std::int64_t commit_time = 0; ///< PostgreSQL clock (µs since 2000-01-01)
+};
+
+/// Nothing is open and the server has sent everything before `position`.
+struct SourceIdle {
+    schema::Lsn position;
+};
+
+/// The reader is stopping (--once target reached, or a signal): commit what is complete.
+struct Finish {};
+
+/// Time passed: renew the lease, flush a stale destination transaction.
+struct Tick {};
+
+/// The source table's columns changed (a Relation message): the destination table must follow
+/// before the next change of that table is applied.
+struct SchemaChange {
+    std::shared_ptr<const schema::Table> table;
+};
+
+using ApplyWork = std::variant<CopyRows, CopyComplete, ChangeBatch, SourceCommit, SourceIdle,
+                               Finish, Tick, SchemaChange>;
+
+} // namespace pgtide::replicate

@@ -1,0 +1,72 @@
+// Destination metadata rows (DESIGN §5): the checkpoint, per-table copy progress, tombstone keys.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "schema/lsn.hpp"
+#include "schema/value.hpp"
+
+namespace pgtide::replicate {
+
+/// Where a slot's epoch stands: still copying its snapshot, or following the stream.
+enum class Phase { Snapshot, Streaming };
+
+/// "snapshot", "streaming": the text stored in `_pgtide_checkpoint.phase`.
+const char *to_string(Phase phase);
+/// The inverse of to_string(Phase); nullopt for any other text.
+std::optional<Phase> parse_phase(std::string_view text);
+
+/// One row of `_pgtide_checkpoint`.
+struct Checkpoint {
+    std::string slot_name;
+    std::string system_identifier;
+    std::int64_t timeline = 0;
+    std::string database;
+    std::int64_t epoch = 0;
+    Phase phase = Phase::Snapshot;
+    schema::Lsn consistent_lsn; ///< C: the slot's consistent point, the version of copied rows
+    schema::Lsn lsn;            ///< end LSN of the last applied source transaction
+    std::string owner;          ///< token of the process holding the lease
+    std::int64_t lease_until_unix_ms = 0;
+    std::int64_t updated_at_unix_ms = 0;
+    friend bool operator==(const Checkpoint &, const Checkpoint &) = default;
+};
+
+/// A table's copy state within an epoch: init → copying → copied → ready.
+enum class TableState { Init, Copying, Copied, Ready };
+
+/// "init", "copying", "copied", "ready": the text stored in `_pgtide_tables.state`.
+const char *to_string(TableState state);
+/// The inverse of to_string(TableState); nullopt for any other text.
+std::optional<TableState> parse_table_state(std::string_view text);
+
+/// One row of `_pgtide_tables` (its `updated_at` is stamped by the destination when written).
+struct TableProgress {
+    std::string source_table; ///< "schema.name"
+    std::string target_table;
+    TableState state = TableState::Init;
+    std::int64_t epoch = 0;
+    schema::Lsn copy_lsn; ///< version of the rows this copy writes
+    std::int64_t rows_copied = 0;
+    friend bool operator==(const TableProgress &, const TableProgress &) = default;
+};
+
+/// The `_pgtide_tombstones.key` of a table-wide tombstone (a truncate). No encoded key equals it.
+inline constexpr std::string_view kTableTombstoneKey = "*";
+
+/// The `_pgtide_tombstones.key` of one key (values in key-column order). Each value is written
+/// as a storage-class tag (n, i, r, t, b), the byte length of its payload in decimal, ':', and
+/// the payload (decimal integer; shortest round-trip double; UTF-8 text; lower-case hex bytes),
+/// so that no two distinct keys share an encoding ('1' TEXT ≠ 1 INTEGER, no separator can
+/// collide) and the result is valid UTF-8 whenever the text values are.
+/// Throws InternalError for an UnchangedToast value (never part of a key).
+std::string encode_tombstone_key(const schema::Row &key);
+
+/// encode_tombstone_key of the values of `row` at `columns` (a full row's key), without copying.
+std::string encode_tombstone_key(const schema::Row &row, const std::vector<std::size_t> &columns);
+
+} // namespace pgtide::replicate

@@ -1,0 +1,383 @@
+// Coordinator: bootstrap, then stream, with restarts.
+#include "replicate/coordinator.hpp"
+
+#include <random>
+
+#include "io/channel.hpp"
+#include "io/log.hpp"
+#include "io/pg_connection.hpp"
+#include "io/timer.hpp"
+#include "io/when_all.hpp"
+#include "io/worker_thread.hpp"
+#include "replicate/applier.hpp"
+#include "replicate/errors.hpp"
+#include "replicate/replication_connection.hpp"
+#include "replicate/session.hpp"
+#include "replicate/snapshot_copier.hpp"
+#include "replicate/sqlite_destination.hpp"
+#include "replicate/stream.hpp"
+
+namespace pgtide::replicate {
+
+namespace {
+
+std::string random_token() {
+    std::random_device rd;
+    std::uniform_int_distribution<std::uint64_t> dist;
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%016llx%016llx", (unsigned long long)dist(rd),
+                  (unsigned long long)dist(rd));
+    return buf;
+}
+
+std::int64_t unix_ms_now() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+struct SlotInfo {
+    std::string slot_type;
+    std::string plugin;
+    std::string database;
+    bool active = false;
+    std::optional<schema::Lsn> confirmed_flush;
+    std::string wal_status;
+};
+
+io::Task<std::optional<SlotInfo>> read_slot(io::PgConnection &conn, std::string slot) {
+    std::vector<std::optional<std::string>> params{slot};
+    io::PgResult r = co_await conn.exec_params(
+        "SELECT slot_type, coalesce(plugin, ''), coalesce(database, ''), active, "
+        "confirmed_flush_lsn::text, coalesce(wal_status, '') "
+        "FROM pg_replication_slots WHERE slot_name = $1",
+        std::move(params));
+    if (r.rows() == 0) {
+        co_return std::nullopt;
+    }
+    SlotInfo s;
+    s.slot_type = std::string(r.get(0, 0));
+    s.plugin = std::string(r.get(0, 1));
+    s.database = std::string(r.get(0, 2));
+    s.active = r.get(0, 3) == "t";
+    if (!r.is_null(0, 4)) {
+        s.confirmed_flush = schema::Lsn::parse(r.get(0, 4));
+    }
+    s.wal_status = std::string(r.get(0, 5));
+    co_return s;
+}
+
+bool is_connection_loss(const std::exception_ptr &e) {
+    try {
+        std::rethrow_exception(e);
+    } catch (const TransientError &) {
+        return true;
+    } catch (const io::PgError &pe) {
+        return pe.connection_lost || pe.sqlstate.rfind("08", 0) == 0 || pe.sqlstate == "57P01" ||
+               pe.sqlstate == "57P02" || pe.sqlstate == "57P03";
+    } catch (...) {
+        return false;
+    }
+}
+
+// Closes the channel when the producer ends, however it ends, so the consumer never waits
+// for work that will not come.
+io::Task<void> produce_copy(SnapshotCopier *copier, io::Channel<ApplyWork> *channel) {
+    std::exception_ptr error;
+    try {
+        co_await copier->run(*channel);
+    } catch (...) {
+        error = std::current_exception();
+    }
+    if (!error) {
+        co_await channel->send(ApplyWork{Finish{}});
+    }
+    channel->close();
+    if (error) {
+        std::rethrow_exception(error);
+    }
+}
+
+io::Task<void> produce_stream(Stream *stream, io::Channel<ApplyWork> *channel) {
+    std::exception_ptr error;
+    try {
+        co_await stream->run(*channel);
+    } catch (...) {
+        error = std::current_exception();
+    }
+    channel->close();
+    if (error) {
+        std::rethrow_exception(error);
+    }
+}
+
+// The applier's side: on failure, close the channel so a producer blocked on send returns.
+io::Task<void> consume(Applier *applier, io::Channel<ApplyWork> *channel) {
+    std::exception_ptr error;
+    try {
+        co_await applier->run(*channel);
+    } catch (...) {
+        error = std::current_exception();
+    }
+    channel->close();
+    if (error) {
+        std::rethrow_exception(error);
+    }
+}
+
+} // namespace
+
+Coordinator::Coordinator(RunOptions options) : options_(std::move(options)) {}
+
+io::Task<RunSummary> Coordinator::run() {
+    const std::string owner = random_token();
+    io::WorkerThread writer("sqlite-writer");
+    const std::string path = options_.sqlite_path;
+    auto open_job = [path]() { return std::make_unique<SqliteDestination>(path); };
+    std::unique_ptr<SqliteDestination> dest = co_await writer.run(std::move(open_job));
+    SqliteDestination *d = dest.get();
+
+    // The source: catalog connection, target LSN for --once, published tables.
+    io::PgConnection catalog_conn =
+        co_await io::PgConnection::connect(options_.source_dsn, sql_connection_params());
+    std::optional<schema::Lsn> target;
+    if (options_.once) {
+        io::PgResult r = co_await catalog_conn.exec("SELECT pg_current_wal_insert_lsn()::text");
+        target = schema::Lsn::parse(r.get(0, 0));
+        io::log_info("--once: streaming until the source's current WAL position",
+                     {{"lsn", target->str()}});
+    }
+    std::vector<SourceTable> source_tables = co_await SourceCatalog::published_tables(
+        catalog_conn, options_.publications, options_.tables);
+    if (source_tables.empty()) {
+        throw DefiniteError(ExitCode::SourceNotReady,
+                            "the publications list no tables; add tables to them "
+                            "(ALTER PUBLICATION ... ADD TABLE ...)");
+    }
+    std::vector<std::shared_ptr<const schema::Table>> tables;
+    for (const auto &st : source_tables) {
+        tables.push_back(std::make_shared<const schema::Table>(st.table));
+    }
+
+    const std::string slot = options_.slot;
+    auto load_job = [d, slot]() { return d->load_checkpoint(slot); };
+    std::optional<Checkpoint> checkpoint = co_await writer.run(std::move(load_job));
+
+    ReplicationConnection replication =
+        co_await ReplicationConnection::connect(options_.source_dsn);
+    const SourceIdentity identity = co_await replication.identify_system();
+
+    if (checkpoint) {
+        if (checkpoint->system_identifier != identity.system_identifier ||
+            checkpoint->database != identity.database) {
+            throw DefiniteError(ExitCode::Fenced,
+                                "the destination was filled from another source (system " +
+                                    checkpoint->system_identifier + ", database " +
+                                    checkpoint->database + ") but the source is system " +
+                                    identity.system_identifier + ", database " + identity.database +
+                                    "; use a new destination or fix source.dsn");
+        }
+        if (checkpoint->timeline != identity.timeline) {
+            throw DefiniteError(ExitCode::Fenced,
+                                "the source is on timeline " + std::to_string(identity.timeline) +
+                                    " but the destination followed timeline " +
+                                    std::to_string(checkpoint->timeline) +
+                                    " (a restored backup or a promoted standby); start a new "
+                                    "destination or `pgtide run --resnapshot`");
+        }
+        if (checkpoint->owner != owner && checkpoint->lease_until_unix_ms > unix_ms_now()) {
+            throw DefiniteError(
+                ExitCode::Fenced,
+                "another pgtide process holds this destination (lease for slot " + slot +
+                    " valid for " +
+                    std::to_string(checkpoint->lease_until_unix_ms - unix_ms_now()) +
+                    " ms more); stop it first");
+        }
+    } else {
+        Checkpoint fresh;
+        fresh.slot_name = slot;
+        fresh.system_identifier = identity.system_identifier;
+        fresh.timeline = identity.timeline;
+        fresh.database = identity.database;
+        fresh.owner = owner;
+        fresh.lease_until_unix_ms = unix_ms_now() + 30000;
+        fresh.updated_at_unix_ms = unix_ms_now();
+        auto insert_job = [d, fresh]() {
+            d->begin();
+            d->insert_checkpoint(fresh);
+            d->commit();
+        };
+        co_await writer.run(std::move(insert_job));
+        checkpoint = fresh;
+    }
+
+    std::vector<schema::Table> plain_tables;
+    for (const auto &t : tables) {
+        plain_tables.push_back(*t);
+    }
+    auto ddl_job = [d, plain_tables]() {
+        d->begin();
+        for (const auto &t : plain_tables) {
+            d->ensure_table(t);
+        }
+        d->commit();
+    };
+    co_await writer.run(std::move(ddl_job));
+
+    ApplierOptions applier_options;
+    applier_options.batch_rows = options_.apply_batch_rows;
+    applier_options.flush_interval = options_.flush_interval;
+    Applier applier(*d, writer, *checkpoint, applier_options);
+    applier.set_tables(tables);
+    if (checkpoint->owner != owner) {
+        co_await applier.take_over(owner);
+    }
+
+    std::optional<SlotInfo> slot_info = co_await read_slot(catalog_conn, slot);
+    if (slot_info && slot_info->active) {
+        throw DefiniteError(ExitCode::Fenced, "replication slot " + slot +
+                                                  " is in use by another process; stop it first");
+    }
+
+    const bool need_snapshot = checkpoint->phase == Phase::Snapshot || options_.resnapshot;
+    if (need_snapshot) {
+        if (slot_info) {
+            // Drop only a slot this destination proves it created for an unfinished epoch, or
+            // one the user allowed us to replace.
+            const bool proven = checkpoint->phase == Phase::Snapshot &&
+                                checkpoint->consistent_lsn.valid() &&
+                                slot_info->confirmed_flush == checkpoint->consistent_lsn;
+            const bool replaceable = slot_info->slot_type == "logical" &&
+                                     slot_info->plugin == "pgoutput" &&
+                                     slot_info->database == identity.database;
+            if (!replaceable ||
+                !(proven || options_.existing_slot_restart || options_.resnapshot)) {
+                throw DefiniteError(
+                    ExitCode::SourceNotReady,
+                    "replication slot " + slot +
+                        " already exists and this destination cannot prove it created it; drop "
+                        "it (SELECT pg_drop_replication_slot('" +
+                        slot +
+                        "')), choose another source.slot, or set existing_slot = "
+                        "\"restart_snapshot\"");
+            }
+            io::log_info("dropping the slot of an unfinished snapshot", {{"slot", slot}});
+            std::vector<std::optional<std::string>> drop_params{slot};
+            co_await catalog_conn.exec_params("SELECT pg_drop_replication_slot($1)",
+                                              std::move(drop_params));
+        }
+        const std::int64_t epoch = checkpoint->epoch + 1;
+        CreatedSlot created = co_await replication.create_slot(slot, options_.temporary_slot);
+        io::log_info("created replication slot", {{"slot", slot},
+                                                  {"lsn", created.consistent_lsn.str()},
+                                                  {"epoch", std::to_string(epoch)}});
+        co_await applier.start_epoch(epoch, created.consistent_lsn);
+
+        SnapshotOptions snapshot_options;
+        snapshot_options.parallel_tables = options_.parallel_tables;
+        snapshot_options.page_rows = options_.page_rows;
+        snapshot_options.batch_rows = options_.batch_rows;
+        snapshot_options.batch_bytes = options_.batch_bytes;
+        snapshot_options.max_row_bytes = options_.max_row_bytes;
+        SnapshotCopier copier(options_.source_dsn, created.snapshot_name, source_tables,
+                              snapshot_options);
+        io::Channel<ApplyWork> channel(std::size_t(2 * std::max(1, options_.parallel_tables)));
+        // A failure here abandons the epoch: the next run proves the slot ours and starts over.
+        co_await io::when_all(produce_copy(&copier, &channel), consume(&applier, &channel));
+        co_await applier.complete_snapshot();
+        io::log_info("snapshot complete", {{"epoch", std::to_string(epoch)},
+                                           {"rows", std::to_string(applier.stats().rows_copied)}});
+    } else if (!slot_info) {
+        throw DefiniteError(ExitCode::SlotLost,
+                            "replication slot " + slot +
+                                " no longer exists on the source (dropped, or lost in a "
+                                "failover); run `pgtide run --resnapshot` to copy everything "
+                                "again into a new epoch");
+    } else if (slot_info->wal_status == "lost") {
+        throw DefiniteError(ExitCode::SlotLost,
+                            "replication slot " + slot +
+                                " was invalidated by the server (wal_status = lost: the WAL it "
+                                "needed was removed); run `pgtide run --resnapshot`");
+    }
+
+    // Streaming, with reconnects.
+    if (target) {
+        try {
+            co_await catalog_conn.exec(std::string("SELECT pg_logical_emit_message(false, '") +
+                                       kOnceMarkerPrefix + "', '')");
+        } catch (const io::PgError &e) {
+            io::log_warn("could not emit the --once marker; waiting for a keepalive instead",
+                         {{"error", e.what()}});
+        }
+    }
+    std::chrono::milliseconds backoff{100};
+    const auto give_up_at =
+        options_.reconnect_deadline
+            ? std::optional(std::chrono::steady_clock::now() + *options_.reconnect_deadline)
+            : std::nullopt;
+    std::mt19937_64 jitter(std::random_device{}());
+    bool connected = true;
+    for (;;) {
+        std::exception_ptr error;
+        try {
+            if (!connected) {
+                replication = co_await ReplicationConnection::connect(options_.source_dsn);
+                connected = true;
+            }
+            const schema::Lsn start = applier.checkpoint().lsn;
+            co_await replication.start(slot, start, options_.publications);
+            io::log_info("streaming", {{"slot", slot}, {"lsn", start.str()}});
+            backoff = std::chrono::milliseconds(100);
+            StreamOptions stream_options;
+            stream_options.status_interval = options_.status_interval;
+            stream_options.stop_at = target;
+            SourceCatalog types;
+            Stream stream(replication, catalog_conn, types, tables, start,
+                          &applier.checkpoint().lsn, &stop_requested_, stream_options);
+            applier.set_stream(&replication);
+            io::Channel<ApplyWork> channel(8);
+            co_await io::when_all(produce_stream(&stream, &channel), consume(&applier, &channel));
+            applier.set_stream(nullptr);
+            co_await replication.stop();
+            break;
+        } catch (...) {
+            error = std::current_exception();
+        }
+        applier.set_stream(nullptr);
+        co_await applier.abort();
+        if (!is_connection_loss(error)) {
+            std::rethrow_exception(error);
+        }
+        if (give_up_at && std::chrono::steady_clock::now() >= *give_up_at) {
+            io::log_error("the source stayed unreachable past source.reconnect_deadline");
+            std::rethrow_exception(error);
+        }
+        try {
+            std::rethrow_exception(error);
+        } catch (const std::exception &e) {
+            io::log_warn("lost the replication connection; reconnecting",
+                         {{"error", e.what()}, {"retry_in_ms", std::to_string(backoff.count())}});
+        }
+        replication.connection().close();
+        connected = false;
+        std::uniform_int_distribution<long> spread(0, backoff.count() / 2);
+        co_await io::sleep_for(backoff + std::chrono::milliseconds(spread(jitter)));
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(10000));
+        if (stop_requested_) {
+            break;
+        }
+    }
+
+    RunSummary summary;
+    summary.tables_copied = applier.stats().tables_copied;
+    summary.rows_copied = applier.stats().rows_copied;
+    summary.transactions = applier.stats().transactions;
+    summary.changes = applier.stats().changes;
+    summary.lsn = applier.checkpoint().lsn;
+    summary.epoch = applier.checkpoint().epoch;
+    auto close_job = [&dest]() { dest.reset(); };
+    co_await writer.run(std::move(close_job));
+    co_return summary;
+}
+
+} // namespace pgtide::replicate

@@ -1,0 +1,78 @@
+// Coordinator: the order of phases, from the destination's checkpoint to a running stream.
+//
+// 1. Open the destination and read its checkpoint row; connect to the source, IDENTIFY_SYSTEM,
+//    and refuse a different cluster or database (exit 4), or a destination whose lease another
+//    process holds (exit 4).
+// 2. No checkpoint, an unfinished snapshot, or --resnapshot: start a new epoch. The slot is
+//    created with an exported snapshot, and the slot name, its consistent LSN C and the epoch
+//    are committed to the destination BEFORE any row is copied, so that a crash during the
+//    copy leaves a row that proves which slot is ours (and may be dropped) and says that the
+//    copy must start over. Readers copy every table under the snapshot; then every table is
+//    marked ready and the phase becomes streaming at C, in one commit.
+// 3. Stream from the checkpoint LSN on the same slot. A lost connection after the snapshot is
+//    an ordinary reconnect (backoff with jitter, capped at 10 s): the destination transaction
+//    in progress is rolled back and the stream restarts at the durable checkpoint.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/task.hpp"
+#include "replicate/source_catalog.hpp"
+#include "schema/lsn.hpp"
+
+namespace pgtide::replicate {
+
+struct RunOptions {
+    std::string source_dsn;
+    std::vector<std::string> publications;
+    std::string slot = "pgtide";
+    bool temporary_slot = false;
+    bool existing_slot_restart = false; ///< existing_slot = "restart_snapshot"
+    std::optional<std::chrono::milliseconds> reconnect_deadline;
+    std::string sqlite_path;
+    // [snapshot]
+    int parallel_tables = 4;
+    std::int64_t page_rows = 2048;
+    std::int64_t batch_rows = 512;
+    std::uint64_t batch_bytes = 4u << 20;
+    std::uint64_t max_row_bytes = 64u << 20;
+    int max_attempts = 3;
+    // [stream], [apply]
+    std::chrono::milliseconds status_interval{10000};
+    std::chrono::milliseconds flush_interval{100};
+    std::int64_t apply_batch_rows = 10000;
+    std::vector<TableOverride> tables;
+    bool once = false;
+    bool resnapshot = false;
+};
+
+struct RunSummary {
+    std::int64_t tables_copied = 0;
+    std::int64_t rows_copied = 0;
+    std::int64_t transactions = 0;
+    std::int64_t changes = 0;
+    schema::Lsn lsn;
+    std::int64_t epoch = 0;
+};
+
+class Coordinator {
+public:
+    explicit Coordinator(RunOptions options);
+
+    /// Runs until --once reaches its target, a stop request is honoured, or a definite error.
+    /// Suspends. Throws DefiniteError (with its exit code) and whatever cannot be retried.
+    io::Task<RunSummary> run();
+
+    /// Asks the run to stop at the next transaction boundary (SIGINT/SIGTERM).
+    void request_stop() { stop_requested_ = true; }
+
+private:
+    RunOptions options_;
+    bool stop_requested_ = false;
+};
+
+} // namespace pgtide::replicate

@@ -1,0 +1,31 @@
+// The session settings pgtide sets on every connection it opens (DESIGN §5 "Precise rules").
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pgtide::replicate {
+
+/// libpq `options` that pin every setting a value's text form depends on.
+inline constexpr const char* kSessionOptions =
+    "-c DateStyle=ISO -c TimeZone=UTC -c IntervalStyle=iso_8601 -c extra_float_digits=1 "
+    "-c bytea_output=hex -c lc_monetary=C -c idle_in_transaction_session_timeout=0 "
+    "-c statement_timeout=0";
+
+/// Connection parameters for an ordinary SQL connection (catalog queries, snapshot readers).
+inline std::vector<std::pair<std::string, std::string>> sql_connection_params() {
+    return {{"options", kSessionOptions},
+            {"client_encoding", "UTF8"},
+            {"application_name", "pgtide"}};
+}
+
+/// Connection parameters for a logical walsender connection.
+inline std::vector<std::pair<std::string, std::string>> replication_connection_params() {
+    return {{"options", kSessionOptions},
+            {"client_encoding", "UTF8"},
+            {"application_name", "pgtide"},
+            {"replication", "database"}};
+}
+
+} // namespace pgtide::replicate

@@ -1,0 +1,254 @@
+// SourceCatalog: publications, columns, types and keys from the source catalog.
+#include "replicate/source_catalog.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include "replicate/errors.hpp"
+#include "schema/codec.hpp"
+
+namespace pgtide::replicate {
+
+namespace {
+
+// Query parameters. A function, not a braced list at the call site: GCC 12 miscompiles
+// initializer lists inside co_await expressions ("array used as initializer").
+template <class... S> std::vector<std::optional<std::string>> params(S&&... s) {
+    std::vector<std::optional<std::string>> out;
+    (out.emplace_back(std::forward<S>(s)), ...);
+    return out;
+}
+
+std::string oid_array_literal(const std::vector<std::uint32_t> &oids) {
+    std::string s = "{";
+    for (std::size_t i = 0; i < oids.size(); ++i) {
+        if (i) {
+            s += ',';
+        }
+        s += std::to_string(oids[i]);
+    }
+    return s + "}";
+}
+
+std::string text_array_literal(const std::vector<std::string> &items) {
+    std::string s = "{";
+    for (std::size_t i = 0; i < items.size(); ++i) {
+        if (i) {
+            s += ',';
+        }
+        s += '"';
+        for (char c : items[i]) {
+            if (c == '"' || c == '\\') {
+                s += '\\';
+            }
+            s += c;
+        }
+        s += '"';
+    }
+    return s + "}";
+}
+
+// Splits a PostgreSQL text array of names as array_to_json would not: we ask the server for
+// one name per row instead, so this only has to deal with simple rows.
+std::int64_t to_int64(std::string_view s) {
+    return std::stoll(std::string(s));
+}
+
+} // namespace
+
+io::Task<std::vector<SourceTable>>
+SourceCatalog::published_tables(io::PgConnection &conn, std::vector<std::string> publications,
+                                std::vector<TableOverride> overrides) {
+    // Every publication must exist: a typo would otherwise replicate nothing, silently.
+    io::PgResult pubs =
+        co_await conn.exec_params("SELECT p FROM unnest($1::text[]) p WHERE NOT EXISTS "
+                                  "(SELECT 1 FROM pg_publication WHERE pubname = p)",
+                                  params(text_array_literal(publications)));
+    if (pubs.rows() > 0) {
+        throw DefiniteError(ExitCode::SourceNotReady,
+                            "publication \"" + std::string(pubs.get(0, 0)) +
+                                "\" does not exist on the source; create it (CREATE PUBLICATION "
+                                "... FOR TABLE ...) or fix source.publications");
+    }
+
+    io::PgResult rels = co_await conn.exec_params(
+        "SELECT DISTINCT c.oid, n.nspname, c.relname, greatest(c.reltuples, 0)::bigint "
+        "FROM pg_publication_tables pt "
+        "JOIN pg_namespace n ON n.nspname = pt.schemaname "
+        "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename "
+        "WHERE pt.pubname = ANY($1::text[]) ORDER BY 2, 3",
+        params(text_array_literal(publications)));
+
+    std::vector<SourceTable> out;
+    std::map<std::string, std::string> target_owner; // lower-cased target → source name
+    SourceCatalog types;
+    for (int r = 0; r < rels.rows(); ++r) {
+        const std::string relid(rels.get(r, 0));
+        SourceTable st;
+        st.table.schema = std::string(rels.get(r, 1));
+        st.table.name = std::string(rels.get(r, 2));
+        st.estimated_rows = to_int64(rels.get(r, 3));
+        const TableOverride *ov = nullptr;
+        for (const auto &o : overrides) {
+            if (o.schema == st.table.schema && o.name == st.table.name) {
+                ov = &o;
+            }
+        }
+        st.table.target = ov && ov->target
+                              ? *ov->target
+                              : schema::default_target_name(st.table.schema, st.table.name);
+
+        // Published columns: the union of the publications' column lists is not allowed by
+        // PostgreSQL to differ, so any one row of pg_publication_tables gives them.
+        io::PgResult cols = co_await conn.exec_params(
+            "SELECT a.attname, a.atttypid, format_type(a.atttypid, a.atttypmod), a.atttypmod "
+            "FROM pg_attribute a WHERE a.attrelid = $1::oid AND a.attnum > 0 "
+            "AND NOT a.attisdropped AND a.attgenerated = '' "
+            "AND (SELECT bool_and(pt.attnames IS NULL OR a.attname = ANY(pt.attnames)) "
+            "     FROM pg_publication_tables pt WHERE pt.pubname = ANY($2::text[]) "
+            "     AND pt.schemaname = $3 AND pt.tablename = $4) "
+            "ORDER BY a.attnum",
+            params(relid, text_array_literal(publications), st.table.schema, st.table.name));
+        for (int c = 0; c < cols.rows(); ++c) {
+            SourceColumn sc;
+            sc.name = std::string(cols.get(c, 0));
+            sc.type_oid = std::uint32_t(std::stoul(std::string(cols.get(c, 1))));
+            sc.type_sql = std::string(cols.get(c, 2));
+            schema::TableColumn tc;
+            tc.name = sc.name;
+            tc.typmod = std::int32_t(std::stol(std::string(cols.get(c, 3))));
+            tc.type = co_await types.resolve(conn, sc.type_oid);
+            tc.storage = schema::storage_class(tc.type);
+            st.columns.push_back(std::move(sc));
+            st.table.columns.push_back(std::move(tc));
+        }
+
+        // Keys: the primary key, else the replica identity index, else the user's `key`.
+        std::vector<std::string> key_names;
+        if (ov && ov->key) {
+            key_names = *ov->key;
+        } else {
+            io::PgResult keys = co_await conn.exec_params(
+                "SELECT a.attname FROM pg_index i "
+                "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, ord) "
+                "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+                "WHERE i.indrelid = $1::oid AND (i.indisprimary OR i.indisreplident) "
+                "AND i.indexrelid = (SELECT i2.indexrelid FROM pg_index i2 "
+                "  WHERE i2.indrelid = $1::oid AND (i2.indisprimary OR i2.indisreplident) "
+                "  ORDER BY i2.indisprimary DESC LIMIT 1) "
+                "ORDER BY k.ord",
+                params(relid));
+            for (int k = 0; k < keys.rows(); ++k) {
+                key_names.emplace_back(keys.get(k, 0));
+            }
+        }
+        if (key_names.empty()) {
+            throw DefiniteError(
+                ExitCode::SourceNotReady,
+                "table " + st.table.qualified() +
+                    " has no usable key: give it a primary key (ALTER TABLE ... ADD PRIMARY "
+                    "KEY), a replica identity index (ALTER TABLE ... REPLICA IDENTITY USING "
+                    "INDEX ...), or set key = [...] in its [[tables]] entry");
+        }
+        for (const auto &k : key_names) {
+            auto it = std::find_if(st.table.columns.begin(), st.table.columns.end(),
+                                   [&](const schema::TableColumn &c) { return c.name == k; });
+            if (it == st.table.columns.end()) {
+                throw DefiniteError(ExitCode::SourceNotReady,
+                                    "key column \"" + k + "\" of table " + st.table.qualified() +
+                                        " is not published (column list) or does not exist");
+            }
+            it->key = true;
+            st.table.key_columns.push_back(std::size_t(it - st.table.columns.begin()));
+        }
+
+        std::string lowered = st.table.target;
+        std::transform(lowered.begin(), lowered.end(), lowered.begin(),
+                       [](unsigned char ch) { return char(std::tolower(ch)); });
+        if (auto [it, fresh] = target_owner.emplace(lowered, st.table.qualified()); !fresh) {
+            throw DefiniteError(ExitCode::Usage,
+                                "tables " + it->second + " and " + st.table.qualified() +
+                                    " both map to the destination table \"" + st.table.target +
+                                    "\"; set target = \"...\" in a [[tables]] entry for one");
+        }
+        out.push_back(std::move(st));
+    }
+    co_return out;
+}
+
+io::Task<void> SourceCatalog::load_types(io::PgConnection &conn, std::vector<std::uint32_t> oids) {
+    while (!oids.empty()) {
+        io::PgResult r = co_await conn.exec_params(
+            "SELECT oid, typtype, typbasetype, typelem, typcategory FROM pg_type "
+            "WHERE oid = ANY($1::oid[])",
+            params(oid_array_literal(oids)));
+        std::vector<std::uint32_t> next;
+        for (int i = 0; i < r.rows(); ++i) {
+            TypeRow row;
+            const auto oid = std::uint32_t(std::stoul(std::string(r.get(i, 0))));
+            row.typtype = r.get(i, 1).empty() ? 'b' : r.get(i, 1)[0];
+            row.basetype = std::uint32_t(std::stoul(std::string(r.get(i, 2))));
+            row.elem = std::uint32_t(std::stoul(std::string(r.get(i, 3))));
+            row.category = r.get(i, 4).empty() ? 'U' : r.get(i, 4)[0];
+            types_[oid] = row;
+            for (std::uint32_t ref : {row.basetype, row.elem}) {
+                if (ref != 0 && !types_.count(ref)) {
+                    next.push_back(ref);
+                }
+            }
+        }
+        for (auto o : oids) {
+            if (!types_.count(o)) {
+                types_[o] = TypeRow{}; // unknown: treated as a plain base type (text output)
+            }
+        }
+        oids = std::move(next);
+    }
+}
+
+schema::TypeRef SourceCatalog::resolve_cached(std::uint32_t oid) const {
+    // Follow domains down to their base type (domains of domains too).
+    for (int depth = 0; depth < 32; ++depth) {
+        const auto it = types_.find(oid);
+        if (it == types_.end() || it->second.typtype != 'd') {
+            break;
+        }
+        oid = it->second.basetype;
+    }
+    schema::TypeRef ref{oid, 0};
+    const auto it = types_.find(oid);
+    if (it != types_.end() && it->second.category == 'A' && it->second.elem != 0) {
+        ref.element_oid = resolve_cached(it->second.elem).oid;
+    }
+    return ref;
+}
+
+io::Task<schema::TypeRef> SourceCatalog::resolve(io::PgConnection &conn, std::uint32_t type_oid) {
+    // Walk until every type the chain needs is cached.
+    for (;;) {
+        std::vector<std::uint32_t> missing;
+        std::uint32_t oid = type_oid;
+        for (int depth = 0; depth < 32; ++depth) {
+            const auto it = types_.find(oid);
+            if (it == types_.end()) {
+                missing.push_back(oid);
+                break;
+            }
+            if (it->second.typtype == 'd') {
+                oid = it->second.basetype;
+                continue;
+            }
+            if (it->second.category == 'A' && it->second.elem != 0 &&
+                !types_.count(it->second.elem)) {
+                missing.push_back(it->second.elem);
+            }
+            break;
+        }
+        if (missing.empty()) {
+            co_return resolve_cached(type_oid);
+        }
+        co_await load_types(conn, std::move(missing));
+    }
+}
+
+} // namespace pgtide::replicate

@@ -1,0 +1,65 @@
+// SourceCatalog: what the publications publish, read from the source's catalog.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/pg_connection.hpp"
+#include "io/task.hpp"
+#include "schema/table.hpp"
+
+namespace pgtide::replicate {
+
+/// A user's per-table settings (DESIGN §6 `[[tables]]`), already parsed.
+struct TableOverride {
+    std::string schema;
+    std::string name;
+    std::optional<std::string> target;
+    std::optional<std::vector<std::string>> key;
+};
+
+/// One published column, with the facts needed to copy it and to cast literals to its type.
+struct SourceColumn {
+    std::string name;
+    std::uint32_t type_oid = 0; ///< as the catalog (and pgoutput's Relation) names it
+    std::string type_sql;       ///< format_type(atttypid, atttypmod), for casts
+};
+
+/// A published table: the destination's view (schema::Table) plus source-only facts.
+struct SourceTable {
+    schema::Table table;
+    std::vector<SourceColumn> columns; ///< parallel to table.columns
+    std::int64_t estimated_rows = 0;   ///< pg_class.reltuples, for progress
+};
+
+/// Reads publications, columns, types and keys through an ordinary SQL connection.
+class SourceCatalog {
+public:
+    /// Every table of `publications` (deduplicated), in a stable order. Throws DefiniteError
+    /// (exit 3) for a missing publication, a table without a usable key, or target-name
+    /// collisions. Suspends.
+    static io::Task<std::vector<SourceTable>>
+    published_tables(io::PgConnection& conn, std::vector<std::string> publications,
+                     std::vector<TableOverride> overrides);
+
+    /// Resolves type OIDs to the TypeRef the codecs need (domains to their base type, arrays to
+    /// their element). Caches. Suspends only for OIDs it has not seen.
+    io::Task<schema::TypeRef> resolve(io::PgConnection& conn, std::uint32_t type_oid);
+
+private:
+    struct TypeRow {
+        char typtype = 'b';
+        std::uint32_t basetype = 0;
+        std::uint32_t elem = 0;
+        char category = 'U';
+    };
+    io::Task<void> load_types(io::PgConnection& conn, std::vector<std::uint32_t> oids);
+    schema::TypeRef resolve_cached(std::uint32_t oid) const;
+
+    std::map<std::uint32_t, TypeRow> types_;
+};
+
+} // namespace pgtide::replicate

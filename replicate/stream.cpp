@@ -1,0 +1,293 @@
+// Stream: pgoutput messages to ApplyWork.
+#include "replicate/stream.hpp"
+
+#include "io/log.hpp"
+#include "replicate/errors.hpp"
+#include "schema/codec.hpp"
+
+namespace pgtide::replicate {
+
+namespace {
+
+std::string source_name(const std::string &schema, const std::string &name) {
+    return schema + "." + name;
+}
+
+} // namespace
+
+Stream::Stream(ReplicationConnection &replication, io::PgConnection &catalog_conn,
+               SourceCatalog &catalog, std::vector<std::shared_ptr<const schema::Table>> tables,
+               schema::Lsn start, const schema::Lsn *durable, const bool *stop_requested,
+               StreamOptions options)
+    : replication_(replication), catalog_conn_(catalog_conn), catalog_(catalog), start_(start),
+      durable_(durable), stop_requested_(stop_requested), options_(options), received_(start),
+      last_idle_(start), last_status_(std::chrono::steady_clock::now()) {
+    for (auto &t : tables) {
+        by_name_[t->qualified()] = t;
+    }
+}
+
+io::Task<void> Stream::send_status(bool reply) {
+    last_status_ = std::chrono::steady_clock::now();
+    co_await replication_.send_status(std::max(received_, *durable_), *durable_, reply);
+}
+
+io::Task<void> Stream::run(io::Channel<ApplyWork> &out) {
+    decoder_ = std::make_unique<PgOutputDecoder>(replication_.proto_version());
+    while (!done_) {
+        const auto deadline = std::chrono::steady_clock::now() + options_.tick;
+        StreamRead got = co_await replication_.read(deadline);
+        if (auto *x = std::get_if<XLogData>(&got)) {
+            co_await on_message(x->payload, out);
+        } else if (auto *k = std::get_if<PrimaryKeepalive>(&got)) {
+            received_ = std::max(received_, k->wal_end);
+            if (k->reply_requested) {
+                co_await send_status(false);
+            }
+            if (!in_transaction_ && k->wal_end > last_idle_) {
+                last_idle_ = k->wal_end;
+                co_await out.send(ApplyWork{SourceIdle{k->wal_end}});
+            }
+            if (!in_transaction_ && options_.stop_at && k->wal_end >= *options_.stop_at) {
+                reached_target_ = true;
+                done_ = true;
+            }
+        } else if (std::holds_alternative<StreamTimeout>(got)) {
+            co_await out.send(ApplyWork{Tick{}});
+        } else {
+            throw TransientError("the source ended the replication stream");
+        }
+        if (!in_transaction_ && *stop_requested_) {
+            done_ = true;
+        }
+        if (std::chrono::steady_clock::now() - last_status_ >= options_.status_interval) {
+            co_await send_status(false);
+        }
+    }
+    co_await out.send(ApplyWork{Finish{}});
+}
+
+std::shared_ptr<const schema::Table> Stream::table_for(std::uint32_t relation_oid) const {
+    const auto it = by_oid_.find(relation_oid);
+    if (it == by_oid_.end()) {
+        throw InternalError("pgoutput sent a change for relation " + std::to_string(relation_oid) +
+                            " before its Relation message");
+    }
+    return it->second;
+}
+
+io::Task<void> Stream::on_relation(pgoutput::Relation rel) {
+    const std::string name = source_name(rel.schema, rel.name);
+    const auto known = by_name_.find(name);
+    if (known == by_name_.end()) {
+        throw DefiniteError(ExitCode::Other,
+                            "table " + name +
+                                " appeared in the stream but was not published when the "
+                                "snapshot was taken; tables added to a publication while "
+                                "pgtide runs are not copied yet: run `pgtide run --resnapshot`");
+    }
+    const schema::Table &old = *known->second;
+    auto table = std::make_shared<schema::Table>();
+    table->schema = old.schema;
+    table->name = old.name;
+    table->target = old.target;
+    bool changed = rel.columns.size() != old.columns.size();
+    for (std::size_t i = 0; i < rel.columns.size(); ++i) {
+        const auto &rc = rel.columns[i];
+        const schema::TableColumn *prev = nullptr;
+        for (const auto &c : old.columns) {
+            if (c.name == rc.name) {
+                prev = &c;
+            }
+        }
+        schema::TableColumn col;
+        col.name = rc.name;
+        col.typmod = rc.typmod;
+        if (prev != nullptr && prev->typmod == rc.typmod) {
+            col.type = prev->type;
+            col.storage = prev->storage;
+            col.key = prev->key;
+        } else {
+            col.type = co_await catalog_.resolve(catalog_conn_, rc.type_oid);
+            col.storage = schema::storage_class(col.type);
+            col.key = prev != nullptr && prev->key;
+            if (prev != nullptr && prev->storage != col.storage) {
+                throw DefiniteError(ExitCode::Other,
+                                    "column \"" + rc.name + "\" of " + name +
+                                        " changed type on the source to one stored as " +
+                                        schema::storage_class_name(col.storage) + " (was " +
+                                        schema::storage_class_name(prev->storage) +
+                                        "); the destination cannot follow: resync the table");
+            }
+            changed = changed || prev == nullptr || !(prev->type == col.type);
+        }
+        if (prev == nullptr || i >= old.columns.size() || old.columns[i].name != rc.name) {
+            changed = true;
+        }
+        table->columns.push_back(std::move(col));
+    }
+    for (auto k : old.key_columns) {
+        const auto &key_name = old.columns[k].name;
+        std::size_t found = table->columns.size();
+        for (std::size_t i = 0; i < table->columns.size(); ++i) {
+            if (table->columns[i].name == key_name) {
+                found = i;
+            }
+        }
+        if (found == table->columns.size()) {
+            throw DefiniteError(ExitCode::Other, "key column \"" + key_name + "\" of " + name +
+                                                     " is no longer published; stopping");
+        }
+        table->columns[found].key = true;
+        table->key_columns.push_back(found);
+    }
+    std::shared_ptr<const schema::Table> shared = table;
+    by_oid_[rel.oid] = shared;
+    if (changed) {
+        by_name_[name] = shared;
+        pending_schema_change_ = shared;
+    }
+}
+
+schema::Row Stream::decode_tuple(const schema::Table &table,
+                                 const pgoutput::TupleData &tuple) const {
+    if (tuple.columns.size() != table.columns.size()) {
+        throw InternalError("pgoutput tuple of " + table.qualified() + " has " +
+                            std::to_string(tuple.columns.size()) + " columns, Relation said " +
+                            std::to_string(table.columns.size()));
+    }
+    schema::Row row;
+    row.reserve(tuple.columns.size());
+    for (std::size_t i = 0; i < tuple.columns.size(); ++i) {
+        const auto &c = tuple.columns[i];
+        try {
+            switch (c.kind) {
+            case pgoutput::TupleColumn::Kind::Null:
+                row.emplace_back(schema::Null{});
+                break;
+            case pgoutput::TupleColumn::Kind::Unchanged:
+                row.emplace_back(schema::UnchangedToast{});
+                break;
+            case pgoutput::TupleColumn::Kind::Text:
+                row.push_back(schema::decode_text(table.columns[i].type, c.data));
+                break;
+            case pgoutput::TupleColumn::Kind::Binary:
+                row.push_back(schema::decode_binary(table.columns[i].type, c.data));
+                break;
+            }
+        } catch (const schema::DecodeError &e) {
+            throw DefiniteError(ExitCode::Other,
+                                std::string(e.what()) + " in column \"" + table.columns[i].name +
+                                    "\" of " + table.qualified() + " at LSN " + version_.str());
+        }
+    }
+    return row;
+}
+
+schema::Row Stream::key_of(const schema::Table &table, const schema::Row &row) const {
+    schema::Row key;
+    key.reserve(table.key_columns.size());
+    for (auto k : table.key_columns) {
+        key.push_back(row[k]);
+    }
+    return key;
+}
+
+io::Task<void> Stream::flush_batch(io::Channel<ApplyWork> &out) {
+    if (!batch_.empty()) {
+        ChangeBatch b{std::move(batch_)};
+        batch_.clear();
+        co_await out.send(ApplyWork{std::move(b)});
+    }
+}
+
+io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWork> &out) {
+    PgOutputMessage msg = decoder_->decode(payload);
+    if (auto *b = std::get_if<pgoutput::Begin>(&msg)) {
+        if (in_transaction_) {
+            throw InternalError("pgoutput Begin inside an open transaction");
+        }
+        in_transaction_ = true;
+        version_ = b->final_lsn;
+        skipping_ = b->final_lsn < start_;
+        co_return;
+    }
+    if (auto *c = std::get_if<pgoutput::Commit>(&msg)) {
+        if (!in_transaction_) {
+            throw InternalError("pgoutput Commit outside a transaction");
+        }
+        if (c->commit_lsn != version_) {
+            throw InternalError("pgoutput Commit LSN " + c->commit_lsn.str() +
+                                " differs from its Begin's " + version_.str());
+        }
+        in_transaction_ = false;
+        received_ = std::max(received_, c->end_lsn);
+        if (!skipping_) {
+            co_await flush_batch(out);
+            co_await out.send(ApplyWork{SourceCommit{c->end_lsn, c->commit_time}});
+        }
+        skipping_ = false;
+        if (options_.stop_at && c->end_lsn >= *options_.stop_at) {
+            reached_target_ = true;
+            done_ = true;
+        }
+        co_return;
+    }
+    if (auto *r = std::get_if<pgoutput::Relation>(&msg)) {
+        co_await on_relation(std::move(*r));
+        if (pending_schema_change_) {
+            co_await flush_batch(out);
+            co_await out.send(ApplyWork{SchemaChange{std::move(pending_schema_change_)}});
+            pending_schema_change_.reset();
+        }
+        co_return;
+    }
+    if (auto *m = std::get_if<pgoutput::Message>(&msg)) {
+        // pgtide's own marker for --once: everything committed before it has been sent.
+        if (!m->transactional && !in_transaction_ && m->prefix == kOnceMarkerPrefix) {
+            if (m->lsn > last_idle_) {
+                last_idle_ = m->lsn;
+                co_await out.send(ApplyWork{SourceIdle{m->lsn}});
+            }
+            if (options_.stop_at && m->lsn >= *options_.stop_at) {
+                reached_target_ = true;
+                done_ = true;
+            }
+        }
+        co_return;
+    }
+    if (skipping_) {
+        co_return;
+    }
+    if (auto *ins = std::get_if<pgoutput::Insert>(&msg)) {
+        auto table = table_for(ins->relation_oid);
+        batch_.push_back(
+            Change{Change::Kind::Upsert, table, decode_tuple(*table, ins->new_tuple), version_});
+    } else if (auto *up = std::get_if<pgoutput::Update>(&msg)) {
+        auto table = table_for(up->relation_oid);
+        schema::Row row = decode_tuple(*table, up->new_tuple);
+        if (up->old_tuple) {
+            // The key may have changed: a delete of the old key, then an upsert of the new.
+            schema::Row old_key = key_of(*table, decode_tuple(*table, *up->old_tuple));
+            if (old_key != key_of(*table, row)) {
+                batch_.push_back(Change{Change::Kind::Delete, table, std::move(old_key), version_});
+            }
+        }
+        batch_.push_back(Change{Change::Kind::Upsert, table, std::move(row), version_});
+    } else if (auto *del = std::get_if<pgoutput::Delete>(&msg)) {
+        auto table = table_for(del->relation_oid);
+        batch_.push_back(Change{Change::Kind::Delete, table,
+                                key_of(*table, decode_tuple(*table, del->old_tuple)), version_});
+    } else if (auto *tr = std::get_if<pgoutput::Truncate>(&msg)) {
+        for (auto oid : tr->relation_oids) {
+            batch_.push_back(Change{Change::Kind::Truncate, table_for(oid), {}, version_});
+        }
+    } else {
+        co_return; // Origin, Type: nothing to apply
+    }
+    if (std::int64_t(batch_.size()) >= options_.batch_rows) {
+        co_await flush_batch(out);
+    }
+}
+
+} // namespace pgtide::replicate

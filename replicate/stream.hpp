@@ -1,0 +1,87 @@
+// Stream: reads the pgoutput stream and turns it into ApplyWork for the applier.
+//
+// The reader never writes the destination. It skips every transaction whose commit LSN is
+// below the checkpoint it started from (the destination already has it: commit records are
+// ordered, so such a transaction ended at or before the checkpoint), answers keepalives with
+// the durable checkpoint, and reports idle positions only when no transaction is open, since
+// only then has everything before a keepalive's WAL end been received.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/channel.hpp"
+#include "io/pg_connection.hpp"
+#include "io/task.hpp"
+#include "replicate/apply_work.hpp"
+#include "replicate/pgoutput.hpp"
+#include "replicate/replication_connection.hpp"
+#include "replicate/source_catalog.hpp"
+
+namespace pgtide::replicate {
+
+struct StreamOptions {
+    std::int64_t batch_rows = 1000;
+    std::chrono::milliseconds status_interval{10000};
+    std::chrono::milliseconds tick{250};
+    std::optional<schema::Lsn> stop_at; ///< --once: stop once everything before it is applied
+};
+
+class Stream {
+public:
+    /// `catalog_conn` resolves types of columns the stream introduces; `tables` are the tables
+    /// the destination holds (by source name). `durable` reads the durable checkpoint LSN.
+    Stream(ReplicationConnection& replication, io::PgConnection& catalog_conn,
+           SourceCatalog& catalog, std::vector<std::shared_ptr<const schema::Table>> tables,
+           schema::Lsn start, const schema::Lsn* durable, const bool* stop_requested,
+           StreamOptions options);
+
+    /// Reads until the --once target, a stop request (at a transaction boundary), or an error.
+    /// Sends Finish last. Suspends. Throws TransientError when the server ends the stream,
+    /// io::PgError, ProtocolError, DefiniteError (a change the mapping cannot follow).
+    io::Task<void> run(io::Channel<ApplyWork>& out);
+
+    bool reached_target() const { return reached_target_; }
+
+private:
+    io::Task<void> on_message(std::string_view payload, io::Channel<ApplyWork>& out);
+    io::Task<void> on_relation(pgoutput::Relation rel);
+    schema::Row decode_tuple(const schema::Table& table, const pgoutput::TupleData& tuple) const;
+    schema::Row key_of(const schema::Table& table, const schema::Row& row) const;
+    std::shared_ptr<const schema::Table> table_for(std::uint32_t relation_oid) const;
+    io::Task<void> flush_batch(io::Channel<ApplyWork>& out);
+    io::Task<void> send_status(bool reply);
+
+    ReplicationConnection& replication_;
+    io::PgConnection& catalog_conn_;
+    SourceCatalog& catalog_;
+    std::map<std::string, std::shared_ptr<const schema::Table>> by_name_;
+    std::map<std::uint32_t, std::shared_ptr<const schema::Table>> by_oid_;
+    schema::Lsn start_;
+    const schema::Lsn* durable_;
+    const bool* stop_requested_;
+    StreamOptions options_;
+    std::unique_ptr<PgOutputDecoder> decoder_;
+
+    bool in_transaction_ = false;
+    bool skipping_ = false;
+    schema::Lsn version_;
+    std::vector<Change> batch_;
+    schema::Lsn received_;
+    schema::Lsn last_idle_;
+    bool done_ = false;
+    bool reached_target_ = false;
+    std::chrono::steady_clock::time_point last_status_;
+    std::shared_ptr<const schema::Table> pending_schema_change_;
+};
+
+/// Prefix of the non-transactional logical message `pgtide run --once` emits after reading its
+/// target LSN, so that the stream reaches a position past the target even when idle.
+inline constexpr const char* kOnceMarkerPrefix = "pgtide.once";
+
+} // namespace pgtide::replicate
