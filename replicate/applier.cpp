@@ -288,9 +288,18 @@ io::Task<void> Applier::complete_snapshot() {
     co_await commit(checkpoint_.consistent_lsn);
 }
 
+io::Task<void> Applier::release_lease() {
+    co_await replace_checkpoint(checkpoint_.owner, 0);
+}
+
 io::Task<void> Applier::take_over(std::string owner) {
+    co_await replace_checkpoint(std::move(owner), unix_ms_now() + options_.lease.count());
+}
+
+io::Task<void> Applier::replace_checkpoint(std::string owner, std::int64_t lease_until) {
     Checkpoint next = next_checkpoint(checkpoint_.lsn);
     next.owner = std::move(owner);
+    next.lease_until_unix_ms = lease_until;
     const Checkpoint expected = checkpoint_;
     SqliteDestination *dest = &destination_;
     auto job = [dest, expected, next]() {

@@ -67,6 +67,8 @@ public:
     io::Task<void> complete_snapshot();
     /// Takes ownership of the checkpoint row with a fresh owner token and lease. Suspends.
     io::Task<void> take_over(std::string owner);
+    /// Gives the lease up (clean exit), so the next process need not wait for it. Suspends.
+    io::Task<void> release_lease();
     /// Rolls back an open destination transaction (after a failure). Suspends.
     io::Task<void> abort();
 
@@ -77,6 +79,7 @@ private:
     io::Task<void> apply(ApplyWork work, bool input_empty);
     io::Task<void> commit(schema::Lsn lsn);
     Checkpoint next_checkpoint(schema::Lsn lsn) const;
+    io::Task<void> replace_checkpoint(std::string owner, std::int64_t lease_until);
 
     SqliteDestination& destination_;
     io::WorkerThread& writer_;

@@ -185,13 +185,16 @@ io::Task<RunSummary> Coordinator::run() {
                                     " (a restored backup or a promoted standby); start a new "
                                     "destination or `pgtide run --resnapshot`");
         }
-        if (checkpoint->owner != owner && checkpoint->lease_until_unix_ms > unix_ms_now()) {
-            throw DefiniteError(
-                ExitCode::Fenced,
-                "another pgtide process holds this destination (lease for slot " + slot +
-                    " valid for " +
-                    std::to_string(checkpoint->lease_until_unix_ms - unix_ms_now()) +
-                    " ms more); stop it first");
+        // While copying, a live owner holds no active slot: only its lease shows it is alive.
+        // While streaming, its slot is active (checked below), and the CAS fences the rest.
+        if (checkpoint->phase == Phase::Snapshot && checkpoint->owner != owner &&
+            checkpoint->lease_until_unix_ms > unix_ms_now()) {
+            throw DefiniteError(ExitCode::Fenced,
+                                "another pgtide process is copying into this destination (lease "
+                                "for slot " + slot + " valid for " +
+                                    std::to_string(checkpoint->lease_until_unix_ms -
+                                                   unix_ms_now()) +
+                                    " ms more); stop it first, or wait for the lease to expire");
         }
     } else {
         Checkpoint fresh;
@@ -233,7 +236,12 @@ io::Task<RunSummary> Coordinator::run() {
         co_await applier.take_over(owner);
     }
 
+    // A walsender whose client just died may hold the slot for a moment: give it 5 s.
     std::optional<SlotInfo> slot_info = co_await read_slot(catalog_conn, slot);
+    for (int i = 0; i < 50 && slot_info && slot_info->active; ++i) {
+        co_await io::sleep_for(std::chrono::milliseconds(100));
+        slot_info = co_await read_slot(catalog_conn, slot);
+    }
     if (slot_info && slot_info->active) {
         throw DefiniteError(ExitCode::Fenced, "replication slot " + slot +
                                                   " is in use by another process; stop it first");
@@ -368,6 +376,7 @@ io::Task<RunSummary> Coordinator::run() {
         }
     }
 
+    co_await applier.release_lease();
     RunSummary summary;
     summary.tables_copied = applier.stats().tables_copied;
     summary.rows_copied = applier.stats().rows_copied;

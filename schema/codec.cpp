@@ -170,6 +170,7 @@ std::uint32_t array_element(const TypeRef& t) {
 // Big-endian reader over one value; errors name the type and the offset within the field.
 class Reader {
 public:
+    /// `type` must outlive the reader.
     Reader(std::string_view bytes, const std::string& type, std::size_t base)
         : bytes_(bytes), type_(type), base_(base) {}
 
@@ -812,7 +813,8 @@ private:
         const std::size_t start = reader_.offset();
         const std::string_view bytes = reader_.take(std::size_t(length));
         if (kind_ == Kind::Float4 || kind_ == Kind::Float8) {
-            Reader r(bytes, type_name(element_), start);
+            const std::string name = type_name(element_);
+            Reader r(bytes, name, start);
             if (kind_ == Kind::Float4) {
                 append_float_json(out, pg_float4_text(std::bit_cast<float>(r.u32())));
             } else {

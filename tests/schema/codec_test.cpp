@@ -253,6 +253,15 @@ TEST(Codec, BinaryArrayMalformed) {
     expect_message(
         binary_error(ints, unhex("00000001 00000000 00000017 00000001 00000001 00000003 000001")),
         "int4", 24);
+    // float element of 3 bytes
+    expect_message(binary_error(type(oid::kFloat4Array),
+                                unhex("00000001 00000000 000002bc 00000001 00000001 00000003 "
+                                      "3f8ccc")),
+                   "float4", 24);
+    expect_message(binary_error(type(oid::kFloat8Array),
+                                unhex("00000001 00000000 000002bd 00000001 00000001 00000009 "
+                                      "3ff0000000000000 00")),
+                   "float8", 32);
     // trailing garbage
     expect_message(
         binary_error(ints,
