@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+
 #include <ctime>
 #include <unistd.h>
 
@@ -76,7 +77,9 @@ void set_log_options(LogLevel level, LogFormat format) {
     g_format = int(format);
 }
 
-bool log_enabled(LogLevel level) { return int(level) >= g_level.load(); }
+bool log_enabled(LogLevel level) {
+    return int(level) >= g_level.load();
+}
 
 void log(LogLevel level, std::string_view message, const std::vector<LogField>& fields) {
     if (!log_enabled(level)) {
@@ -84,8 +87,8 @@ void log(LogLevel level, std::string_view message, const std::vector<LogField>& 
     }
     std::string line;
     if (LogFormat(g_format.load()) == LogFormat::Json) {
-        line = "{\"time\":\"" + timestamp() + "\",\"level\":\"" + level_name(level) +
-               "\",\"msg\":\"";
+        line =
+            "{\"time\":\"" + timestamp() + "\",\"level\":\"" + level_name(level) + "\",\"msg\":\"";
         json_escape(line, message);
         line += '"';
         for (const auto& [k, v] : fields) {

@@ -17,7 +17,7 @@ std::int64_t unix_ms_now() {
 
 } // namespace
 
-Applier::Applier(SqliteDestination &destination, io::WorkerThread &writer, Checkpoint durable,
+Applier::Applier(SqliteDestination& destination, io::WorkerThread& writer, Checkpoint durable,
                  ApplierOptions options)
     : destination_(destination), writer_(writer), checkpoint_(std::move(durable)),
       options_(options), last_commit_(std::chrono::steady_clock::now()),
@@ -26,6 +26,11 @@ Applier::Applier(SqliteDestination &destination, io::WorkerThread &writer, Check
 void Applier::set_tables(std::vector<std::shared_ptr<const schema::Table>> tables) {
     tables_ = std::move(tables);
     rows_per_table_.assign(tables_.size(), 0);
+}
+
+void Applier::note_progress(TableProgress progress) {
+    std::string key = progress.source_table;
+    progress_.insert_or_assign(std::move(key), std::move(progress));
 }
 
 Checkpoint Applier::next_checkpoint(schema::Lsn lsn) const {
@@ -39,15 +44,18 @@ Checkpoint Applier::next_checkpoint(schema::Lsn lsn) const {
 io::Task<void> Applier::commit(schema::Lsn lsn) {
     Checkpoint next = next_checkpoint(lsn);
     const Checkpoint expected = checkpoint_;
-    std::vector<TableProgress> progress = std::move(progress_);
+    std::vector<TableProgress> progress;
+    for (auto& [name, p] : progress_) {
+        progress.push_back(std::move(p));
+    }
     progress_.clear();
-    SqliteDestination *dest = &destination_;
+    SqliteDestination* dest = &destination_;
     const bool open = in_transaction_;
     auto job = [dest, expected, next, progress, open]() {
         if (!open) {
             dest->begin();
         }
-        for (const auto &p : progress) {
+        for (const auto& p : progress) {
             dest->set_table_progress(next.slot_name, p);
         }
         if (!dest->cas_checkpoint(expected, next)) {
@@ -78,7 +86,7 @@ io::Task<void> Applier::commit(schema::Lsn lsn) {
     }
 }
 
-io::Task<void> Applier::run(io::Channel<ApplyWork> &input) {
+io::Task<void> Applier::run(io::Channel<ApplyWork>& input) {
     for (;;) {
         std::optional<ApplyWork> work = co_await input.recv();
         if (!work || std::holds_alternative<Finish>(*work)) {
@@ -98,9 +106,9 @@ io::Task<void> Applier::run(io::Channel<ApplyWork> &input) {
 }
 
 io::Task<void> Applier::apply(ApplyWork work, bool input_empty) {
-    SqliteDestination *dest = &destination_;
+    SqliteDestination* dest = &destination_;
     const auto now = std::chrono::steady_clock::now();
-    if (auto *rows = std::get_if<CopyRows>(&work)) {
+    if (auto* rows = std::get_if<CopyRows>(&work)) {
         std::shared_ptr<const schema::Table> table = tables_.at(rows->table);
         const schema::Lsn version = checkpoint_.consistent_lsn;
         const bool open = in_transaction_;
@@ -109,7 +117,7 @@ io::Task<void> Applier::apply(ApplyWork work, bool input_empty) {
             if (!open) {
                 dest->begin();
             }
-            for (const auto &row : batch) {
+            for (const auto& row : batch) {
                 dest->copy_row(*table, row, version);
             }
         };
@@ -121,33 +129,31 @@ io::Task<void> Applier::apply(ApplyWork work, bool input_empty) {
         rows_in_transaction_ += n;
         rows_per_table_.at(rows->table) += n;
         stats_.rows_copied += n;
-        const auto &t = *tables_.at(rows->table);
-        progress_.push_back(TableProgress{t.qualified(), t.target, TableState::Copying,
-                                          checkpoint_.epoch, version,
-                                          rows_per_table_.at(rows->table)});
+        const auto& t = *tables_.at(rows->table);
+        note_progress(TableProgress{t.qualified(), t.target, TableState::Copying, checkpoint_.epoch,
+                                    version, rows_per_table_.at(rows->table)});
         if (rows_in_transaction_ >= options_.batch_rows * 5) {
             co_await commit(checkpoint_.lsn);
         }
         co_return;
     }
-    if (auto *done = std::get_if<CopyComplete>(&work)) {
-        const auto &t = *tables_.at(done->table);
-        progress_.push_back(TableProgress{t.qualified(), t.target, TableState::Copied,
-                                          checkpoint_.epoch, checkpoint_.consistent_lsn,
-                                          done->rows});
+    if (auto* done = std::get_if<CopyComplete>(&work)) {
+        const auto& t = *tables_.at(done->table);
+        note_progress(TableProgress{t.qualified(), t.target, TableState::Copied, checkpoint_.epoch,
+                                    checkpoint_.consistent_lsn, done->rows});
         stats_.tables_copied += 1;
         io::log_info("table copied",
                      {{"table", t.qualified()}, {"rows", std::to_string(done->rows)}});
         co_return;
     }
-    if (auto *batch = std::get_if<ChangeBatch>(&work)) {
+    if (auto* batch = std::get_if<ChangeBatch>(&work)) {
         const bool open = in_transaction_;
         const auto n = std::int64_t(batch->changes.size());
         auto job = [dest, open, changes = std::move(batch->changes)]() {
             if (!open) {
                 dest->begin();
             }
-            for (const auto &c : changes) {
+            for (const auto& c : changes) {
                 switch (c.kind) {
                 case Change::Kind::Upsert:
                     dest->upsert(*c.table, c.values, c.version);
@@ -171,7 +177,7 @@ io::Task<void> Applier::apply(ApplyWork work, bool input_empty) {
         pending_changes_ += n;
         co_return;
     }
-    if (auto *c = std::get_if<SourceCommit>(&work)) {
+    if (auto* c = std::get_if<SourceCommit>(&work)) {
         source_open_ = false;
         complete_lsn_ = std::max(complete_lsn_, c->end_lsn);
         pending_transactions_ += 1;
@@ -181,7 +187,7 @@ io::Task<void> Applier::apply(ApplyWork work, bool input_empty) {
         }
         co_return;
     }
-    if (auto *idle = std::get_if<SourceIdle>(&work)) {
+    if (auto* idle = std::get_if<SourceIdle>(&work)) {
         // Everything before `position` has been received and applied: it may be confirmed
         // once the checkpoint says so.
         if (source_open_) {
@@ -194,7 +200,7 @@ io::Task<void> Applier::apply(ApplyWork work, bool input_empty) {
         }
         co_return;
     }
-    if (auto *change = std::get_if<SchemaChange>(&work)) {
+    if (auto* change = std::get_if<SchemaChange>(&work)) {
         // DDL is transactional in SQLite: the new column commits with the changes using it.
         const bool open = in_transaction_;
         std::shared_ptr<const schema::Table> table = change->table;
@@ -231,14 +237,14 @@ io::Task<void> Applier::start_epoch(std::int64_t epoch, schema::Lsn consistent_l
     next.lsn = consistent_lsn;
     const Checkpoint expected = checkpoint_;
     std::vector<schema::Table> tables;
-    for (const auto &t : tables_) {
+    for (const auto& t : tables_) {
         tables.push_back(*t);
     }
-    SqliteDestination *dest = &destination_;
+    SqliteDestination* dest = &destination_;
     auto job = [dest, expected, next, tables]() {
         dest->begin();
         dest->reset_tables(next.slot_name, tables);
-        for (const auto &t : tables) {
+        for (const auto& t : tables) {
             dest->set_table_progress(next.slot_name,
                                      TableProgress{t.qualified(), t.target, TableState::Init,
                                                    next.epoch, next.consistent_lsn, 0});
@@ -261,22 +267,21 @@ io::Task<void> Applier::start_epoch(std::int64_t epoch, schema::Lsn consistent_l
 
 io::Task<void> Applier::complete_snapshot() {
     for (std::size_t i = 0; i < tables_.size(); ++i) {
-        const auto &t = *tables_[i];
-        progress_.push_back(TableProgress{t.qualified(), t.target, TableState::Ready,
-                                          checkpoint_.epoch, checkpoint_.consistent_lsn,
-                                          rows_per_table_.at(i)});
+        const auto& t = *tables_[i];
+        note_progress(TableProgress{t.qualified(), t.target, TableState::Ready, checkpoint_.epoch,
+                                    checkpoint_.consistent_lsn, rows_per_table_.at(i)});
     }
     std::vector<std::string> targets;
-    for (const auto &t : tables_) {
+    for (const auto& t : tables_) {
         targets.push_back(t->target);
     }
-    SqliteDestination *dest = &destination_;
+    SqliteDestination* dest = &destination_;
     const bool open = in_transaction_;
     auto job = [dest, open, targets]() {
         if (!open) {
             dest->begin();
         }
-        for (const auto &t : targets) {
+        for (const auto& t : targets) {
             dest->clear_tombstones(t);
         }
     };
@@ -301,7 +306,7 @@ io::Task<void> Applier::replace_checkpoint(std::string owner, std::int64_t lease
     next.owner = std::move(owner);
     next.lease_until_unix_ms = lease_until;
     const Checkpoint expected = checkpoint_;
-    SqliteDestination *dest = &destination_;
+    SqliteDestination* dest = &destination_;
     auto job = [dest, expected, next]() {
         dest->begin();
         if (!dest->cas_checkpoint(expected, next)) {
@@ -321,7 +326,7 @@ io::Task<void> Applier::replace_checkpoint(std::string owner, std::int64_t lease
 
 io::Task<void> Applier::abort() {
     if (in_transaction_) {
-        SqliteDestination *dest = &destination_;
+        SqliteDestination* dest = &destination_;
         auto job = [dest]() { dest->rollback(); };
         co_await writer_.run(std::move(job));
     }

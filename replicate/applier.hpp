@@ -15,7 +15,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "io/channel.hpp"
@@ -79,6 +81,7 @@ private:
     io::Task<void> apply(ApplyWork work, bool input_empty);
     io::Task<void> commit(schema::Lsn lsn);
     Checkpoint next_checkpoint(schema::Lsn lsn) const;
+    void note_progress(TableProgress progress);
     io::Task<void> replace_checkpoint(std::string owner, std::int64_t lease_until);
 
     SqliteDestination& destination_;
@@ -88,13 +91,14 @@ private:
     ReplicationConnection* stream_ = nullptr;
     std::vector<std::shared_ptr<const schema::Table>> tables_;
     std::vector<std::int64_t> rows_per_table_;
-    std::vector<TableProgress> progress_; ///< table states to write with the next commit
+    std::map<std::string, TableProgress>
+        progress_; ///< by source table: written with the next commit
 
     bool in_transaction_ = false;
     std::int64_t rows_in_transaction_ = 0;
     std::chrono::steady_clock::time_point transaction_started_;
     std::chrono::steady_clock::time_point last_commit_;
-    schema::Lsn complete_lsn_;  ///< end LSN of the last whole source transaction applied
+    schema::Lsn complete_lsn_; ///< end LSN of the last whole source transaction applied
     bool source_open_ = false; ///< changes of an uncommitted source transaction are applied
     std::int64_t pending_transactions_ = 0;
     std::int64_t pending_changes_ = 0;

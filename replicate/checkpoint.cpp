@@ -11,22 +11,22 @@ namespace pgtide::replicate {
 
 namespace {
 
-void append_part(std::string &out, char tag, std::string_view payload) {
+void append_part(std::string& out, char tag, std::string_view payload) {
     out += tag;
     out += std::to_string(payload.size());
     out += ':';
     out += payload;
 }
 
-void append_key_part(std::string &out, const schema::Value &v) {
+void append_key_part(std::string& out, const schema::Value& v) {
     static constexpr char kHex[] = "0123456789abcdef";
     if (std::holds_alternative<schema::Null>(v)) {
         out += "n0:";
-    } else if (const auto *i = std::get_if<std::int64_t>(&v)) {
+    } else if (const auto* i = std::get_if<std::int64_t>(&v)) {
         char buf[24];
         const auto r = std::to_chars(buf, buf + sizeof buf, *i);
         append_part(out, 'i', std::string_view(buf, std::size_t(r.ptr - buf)));
-    } else if (const auto *d = std::get_if<double>(&v)) {
+    } else if (const auto* d = std::get_if<double>(&v)) {
         // -0.0 and 0.0 are one key to SQLite; NaN never arrives as a double.
         const double x = (*d == 0.0) ? 0.0 : *d;
         if (std::isnan(x)) {
@@ -36,9 +36,9 @@ void append_key_part(std::string &out, const schema::Value &v) {
         char buf[32];
         const auto r = std::to_chars(buf, buf + sizeof buf, x);
         append_part(out, 'r', std::string_view(buf, std::size_t(r.ptr - buf)));
-    } else if (const auto *s = std::get_if<std::string>(&v)) {
+    } else if (const auto* s = std::get_if<std::string>(&v)) {
         append_part(out, 't', *s);
-    } else if (const auto *b = std::get_if<schema::Blob>(&v)) {
+    } else if (const auto* b = std::get_if<schema::Blob>(&v)) {
         std::string hex;
         hex.reserve(b->bytes.size() * 2);
         for (const unsigned char c : b->bytes) {
@@ -53,7 +53,7 @@ void append_key_part(std::string &out, const schema::Value &v) {
 
 } // namespace
 
-const char *to_string(Phase phase) {
+const char* to_string(Phase phase) {
     switch (phase) {
     case Phase::Snapshot:
         return "snapshot";
@@ -73,7 +73,7 @@ std::optional<Phase> parse_phase(std::string_view text) {
     return std::nullopt;
 }
 
-const char *to_string(TableState state) {
+const char* to_string(TableState state) {
     switch (state) {
     case TableState::Init:
         return "init";
@@ -103,15 +103,15 @@ std::optional<TableState> parse_table_state(std::string_view text) {
     return std::nullopt;
 }
 
-std::string encode_tombstone_key(const schema::Row &key) {
+std::string encode_tombstone_key(const schema::Row& key) {
     std::string out;
-    for (const schema::Value &v : key) {
+    for (const schema::Value& v : key) {
         append_key_part(out, v);
     }
     return out;
 }
 
-std::string encode_tombstone_key(const schema::Row &row, const std::vector<std::size_t> &columns) {
+std::string encode_tombstone_key(const schema::Row& row, const std::vector<std::size_t>& columns) {
     std::string out;
     for (const std::size_t c : columns) {
         append_key_part(out, row.at(c));

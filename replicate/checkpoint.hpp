@@ -16,7 +16,7 @@ namespace pgtide::replicate {
 enum class Phase { Snapshot, Streaming };
 
 /// "snapshot", "streaming": the text stored in `_pgtide_checkpoint.phase`.
-const char *to_string(Phase phase);
+const char* to_string(Phase phase);
 /// The inverse of to_string(Phase); nullopt for any other text.
 std::optional<Phase> parse_phase(std::string_view text);
 
@@ -33,14 +33,14 @@ struct Checkpoint {
     std::string owner;          ///< token of the process holding the lease
     std::int64_t lease_until_unix_ms = 0;
     std::int64_t updated_at_unix_ms = 0;
-    friend bool operator==(const Checkpoint &, const Checkpoint &) = default;
+    friend bool operator==(const Checkpoint&, const Checkpoint&) = default;
 };
 
 /// A table's copy state within an epoch: init → copying → copied → ready.
 enum class TableState { Init, Copying, Copied, Ready };
 
 /// "init", "copying", "copied", "ready": the text stored in `_pgtide_tables.state`.
-const char *to_string(TableState state);
+const char* to_string(TableState state);
 /// The inverse of to_string(TableState); nullopt for any other text.
 std::optional<TableState> parse_table_state(std::string_view text);
 
@@ -52,7 +52,7 @@ struct TableProgress {
     std::int64_t epoch = 0;
     schema::Lsn copy_lsn; ///< version of the rows this copy writes
     std::int64_t rows_copied = 0;
-    friend bool operator==(const TableProgress &, const TableProgress &) = default;
+    friend bool operator==(const TableProgress&, const TableProgress&) = default;
 };
 
 /// The `_pgtide_tombstones.key` of a table-wide tombstone (a truncate). No encoded key equals it.
@@ -64,9 +64,9 @@ inline constexpr std::string_view kTableTombstoneKey = "*";
 /// so that no two distinct keys share an encoding ('1' TEXT ≠ 1 INTEGER, no separator can
 /// collide) and the result is valid UTF-8 whenever the text values are.
 /// Throws InternalError for an UnchangedToast value (never part of a key).
-std::string encode_tombstone_key(const schema::Row &key);
+std::string encode_tombstone_key(const schema::Row& key);
 
 /// encode_tombstone_key of the values of `row` at `columns` (a full row's key), without copying.
-std::string encode_tombstone_key(const schema::Row &row, const std::vector<std::size_t> &columns);
+std::string encode_tombstone_key(const schema::Row& row, const std::vector<std::size_t>& columns);
 
 } // namespace pgtide::replicate

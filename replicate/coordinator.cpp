@@ -45,7 +45,7 @@ struct SlotInfo {
     std::string wal_status;
 };
 
-io::Task<std::optional<SlotInfo>> read_slot(io::PgConnection &conn, std::string slot) {
+io::Task<std::optional<SlotInfo>> read_slot(io::PgConnection& conn, std::string slot) {
     std::vector<std::optional<std::string>> params{slot};
     io::PgResult r = co_await conn.exec_params(
         "SELECT slot_type, coalesce(plugin, ''), coalesce(database, ''), active, "
@@ -67,12 +67,12 @@ io::Task<std::optional<SlotInfo>> read_slot(io::PgConnection &conn, std::string 
     co_return s;
 }
 
-bool is_connection_loss(const std::exception_ptr &e) {
+bool is_connection_loss(const std::exception_ptr& e) {
     try {
         std::rethrow_exception(e);
-    } catch (const TransientError &) {
+    } catch (const TransientError&) {
         return true;
-    } catch (const io::PgError &pe) {
+    } catch (const io::PgError& pe) {
         return pe.connection_lost || pe.sqlstate.rfind("08", 0) == 0 || pe.sqlstate == "57P01" ||
                pe.sqlstate == "57P02" || pe.sqlstate == "57P03";
     } catch (...) {
@@ -82,7 +82,7 @@ bool is_connection_loss(const std::exception_ptr &e) {
 
 // Closes the channel when the producer ends, however it ends, so the consumer never waits
 // for work that will not come.
-io::Task<void> produce_copy(SnapshotCopier *copier, io::Channel<ApplyWork> *channel) {
+io::Task<void> produce_copy(SnapshotCopier* copier, io::Channel<ApplyWork>* channel) {
     std::exception_ptr error;
     try {
         co_await copier->run(*channel);
@@ -98,7 +98,7 @@ io::Task<void> produce_copy(SnapshotCopier *copier, io::Channel<ApplyWork> *chan
     }
 }
 
-io::Task<void> produce_stream(Stream *stream, io::Channel<ApplyWork> *channel) {
+io::Task<void> produce_stream(Stream* stream, io::Channel<ApplyWork>* channel) {
     std::exception_ptr error;
     try {
         co_await stream->run(*channel);
@@ -112,7 +112,7 @@ io::Task<void> produce_stream(Stream *stream, io::Channel<ApplyWork> *channel) {
 }
 
 // The applier's side: on failure, close the channel so a producer blocked on send returns.
-io::Task<void> consume(Applier *applier, io::Channel<ApplyWork> *channel) {
+io::Task<void> consume(Applier* applier, io::Channel<ApplyWork>* channel) {
     std::exception_ptr error;
     try {
         co_await applier->run(*channel);
@@ -135,7 +135,7 @@ io::Task<RunSummary> Coordinator::run() {
     const std::string path = options_.sqlite_path;
     auto open_job = [path]() { return std::make_unique<SqliteDestination>(path); };
     std::unique_ptr<SqliteDestination> dest = co_await writer.run(std::move(open_job));
-    SqliteDestination *d = dest.get();
+    SqliteDestination* d = dest.get();
 
     // The source: catalog connection, target LSN for --once, published tables.
     io::PgConnection catalog_conn =
@@ -147,15 +147,16 @@ io::Task<RunSummary> Coordinator::run() {
         io::log_info("--once: streaming until the source's current WAL position",
                      {{"lsn", target->str()}});
     }
-    std::vector<SourceTable> source_tables = co_await SourceCatalog::published_tables(
-        catalog_conn, options_.publications, options_.tables);
+    SourceCatalog catalog;
+    std::vector<SourceTable> source_tables =
+        co_await catalog.published_tables(catalog_conn, options_.publications, options_.tables);
     if (source_tables.empty()) {
         throw DefiniteError(ExitCode::SourceNotReady,
                             "the publications list no tables; add tables to them "
                             "(ALTER PUBLICATION ... ADD TABLE ...)");
     }
     std::vector<std::shared_ptr<const schema::Table>> tables;
-    for (const auto &st : source_tables) {
+    for (const auto& st : source_tables) {
         tables.push_back(std::make_shared<const schema::Table>(st.table));
     }
 
@@ -189,12 +190,13 @@ io::Task<RunSummary> Coordinator::run() {
         // While streaming, its slot is active (checked below), and the CAS fences the rest.
         if (checkpoint->phase == Phase::Snapshot && checkpoint->owner != owner &&
             checkpoint->lease_until_unix_ms > unix_ms_now()) {
-            throw DefiniteError(ExitCode::Fenced,
-                                "another pgtide process is copying into this destination (lease "
-                                "for slot " + slot + " valid for " +
-                                    std::to_string(checkpoint->lease_until_unix_ms -
-                                                   unix_ms_now()) +
-                                    " ms more); stop it first, or wait for the lease to expire");
+            throw DefiniteError(
+                ExitCode::Fenced,
+                "another pgtide process is copying into this destination (lease "
+                "for slot " +
+                    slot + " valid for " +
+                    std::to_string(checkpoint->lease_until_unix_ms - unix_ms_now()) +
+                    " ms more); stop it first, or wait for the lease to expire");
         }
     } else {
         Checkpoint fresh;
@@ -215,12 +217,12 @@ io::Task<RunSummary> Coordinator::run() {
     }
 
     std::vector<schema::Table> plain_tables;
-    for (const auto &t : tables) {
+    for (const auto& t : tables) {
         plain_tables.push_back(*t);
     }
     auto ddl_job = [d, plain_tables]() {
         d->begin();
-        for (const auto &t : plain_tables) {
+        for (const auto& t : plain_tables) {
             d->ensure_table(t);
         }
         d->commit();
@@ -313,7 +315,7 @@ io::Task<RunSummary> Coordinator::run() {
         try {
             co_await catalog_conn.exec(std::string("SELECT pg_logical_emit_message(false, '") +
                                        kOnceMarkerPrefix + "', '')");
-        } catch (const io::PgError &e) {
+        } catch (const io::PgError& e) {
             io::log_warn("could not emit the --once marker; waiting for a keepalive instead",
                          {{"error", e.what()}});
         }
@@ -339,8 +341,7 @@ io::Task<RunSummary> Coordinator::run() {
             StreamOptions stream_options;
             stream_options.status_interval = options_.status_interval;
             stream_options.stop_at = target;
-            SourceCatalog types;
-            Stream stream(replication, catalog_conn, types, tables, start,
+            Stream stream(replication, catalog_conn, catalog, tables, start,
                           &applier.checkpoint().lsn, &stop_requested_, stream_options);
             applier.set_stream(&replication);
             io::Channel<ApplyWork> channel(8);
@@ -362,7 +363,7 @@ io::Task<RunSummary> Coordinator::run() {
         }
         try {
             std::rethrow_exception(error);
-        } catch (const std::exception &e) {
+        } catch (const std::exception& e) {
             io::log_warn("lost the replication connection; reconnecting",
                          {{"error", e.what()}, {"retry_in_ms", std::to_string(backoff.count())}});
         }

@@ -179,21 +179,21 @@ private:
     std::size_t pos_ = 1;
 };
 
-std::optional<std::uint32_t> read_stream_xid(Reader &in, bool in_stream) {
+std::optional<std::uint32_t> read_stream_xid(Reader& in, bool in_stream) {
     if (!in_stream) {
         return std::nullopt;
     }
     return in.u32("xid");
 }
 
-std::string read_namespace(Reader &in) {
+std::string read_namespace(Reader& in) {
     std::string_view nspname = in.cstring("namespace");
     return nspname.empty() ? std::string("pg_catalog") : std::string(nspname);
 }
 
 // Reads a count that announces `count` items of at least `min_item_size` bytes each, and
 // rejects it before anything is allocated for it.
-std::size_t check_count(Reader &in, std::size_t at, std::int64_t count, std::size_t min_item_size,
+std::size_t check_count(Reader& in, std::size_t at, std::int64_t count, std::size_t min_item_size,
                         std::string_view what) {
     if (count < 0) {
         in.fail_at(at, "negative " + std::string(what) + " " + std::to_string(count));
@@ -206,7 +206,7 @@ std::size_t check_count(Reader &in, std::size_t at, std::int64_t count, std::siz
     return static_cast<std::size_t>(count);
 }
 
-TupleData read_tuple(Reader &in) {
+TupleData read_tuple(Reader& in) {
     const std::size_t at = in.offset();
     const std::size_t ncols = check_count(in, at, in.i16("tuple column count"), 1, "column count");
     TupleData tuple;
@@ -245,7 +245,7 @@ TupleData read_tuple(Reader &in) {
 }
 
 // The 'N'/'K'/'O' byte that introduces a tuple.
-char read_tuple_tag(Reader &in, std::string_view allowed) {
+char read_tuple_tag(Reader& in, std::string_view allowed) {
     const std::size_t at = in.offset();
     const auto tag = static_cast<char>(in.u8("tuple tag"));
     if (allowed.find(tag) == std::string_view::npos) {
@@ -260,7 +260,7 @@ char read_tuple_tag(Reader &in, std::string_view allowed) {
     return tag;
 }
 
-Begin read_begin(Reader &in) {
+Begin read_begin(Reader& in) {
     return Begin{
         .final_lsn = in.lsn("final_lsn"),
         .commit_time = in.i64("commit time"),
@@ -268,7 +268,7 @@ Begin read_begin(Reader &in) {
     };
 }
 
-Commit read_commit(Reader &in) {
+Commit read_commit(Reader& in) {
     return Commit{
         .flags = in.u8("flags"),
         .commit_lsn = in.lsn("commit_lsn"),
@@ -277,14 +277,14 @@ Commit read_commit(Reader &in) {
     };
 }
 
-Origin read_origin(Reader &in) {
+Origin read_origin(Reader& in) {
     return Origin{
         .origin_lsn = in.lsn("origin commit LSN"),
         .name = std::string(in.cstring("origin name")),
     };
 }
 
-Relation read_relation(Reader &in, bool in_stream) {
+Relation read_relation(Reader& in, bool in_stream) {
     Relation rel;
     rel.xid = read_stream_xid(in, in_stream);
     rel.oid = in.u32("relation OID");
@@ -312,7 +312,7 @@ Relation read_relation(Reader &in, bool in_stream) {
     return rel;
 }
 
-Type read_type(Reader &in, bool in_stream) {
+Type read_type(Reader& in, bool in_stream) {
     Type type;
     type.xid = read_stream_xid(in, in_stream);
     type.oid = in.u32("type OID");
@@ -321,7 +321,7 @@ Type read_type(Reader &in, bool in_stream) {
     return type;
 }
 
-Insert read_insert(Reader &in, bool in_stream) {
+Insert read_insert(Reader& in, bool in_stream) {
     Insert insert;
     insert.xid = read_stream_xid(in, in_stream);
     insert.relation_oid = in.u32("relation OID");
@@ -330,7 +330,7 @@ Insert read_insert(Reader &in, bool in_stream) {
     return insert;
 }
 
-Update read_update(Reader &in, bool in_stream) {
+Update read_update(Reader& in, bool in_stream) {
     Update update;
     update.xid = read_stream_xid(in, in_stream);
     update.relation_oid = in.u32("relation OID");
@@ -344,7 +344,7 @@ Update read_update(Reader &in, bool in_stream) {
     return update;
 }
 
-Delete read_delete(Reader &in, bool in_stream) {
+Delete read_delete(Reader& in, bool in_stream) {
     Delete del;
     del.xid = read_stream_xid(in, in_stream);
     del.relation_oid = in.u32("relation OID");
@@ -353,7 +353,7 @@ Delete read_delete(Reader &in, bool in_stream) {
     return del;
 }
 
-Truncate read_truncate(Reader &in, bool in_stream) {
+Truncate read_truncate(Reader& in, bool in_stream) {
     Truncate truncate;
     truncate.xid = read_stream_xid(in, in_stream);
     const std::size_t count_at = in.offset();
@@ -367,7 +367,7 @@ Truncate read_truncate(Reader &in, bool in_stream) {
     return truncate;
 }
 
-Message read_message(Reader &in, bool in_stream) {
+Message read_message(Reader& in, bool in_stream) {
     Message message;
     message.xid = read_stream_xid(in, in_stream);
     message.transactional = (in.u8("flags") & 1) != 0;
@@ -380,7 +380,7 @@ Message read_message(Reader &in, bool in_stream) {
     return message;
 }
 
-StreamStart read_stream_start(Reader &in) {
+StreamStart read_stream_start(Reader& in) {
     StreamStart start;
     start.xid = in.u32("xid");
     const std::size_t at = in.offset();
@@ -392,11 +392,11 @@ StreamStart read_stream_start(Reader &in) {
     return start;
 }
 
-StreamStop read_stream_stop(Reader &) {
+StreamStop read_stream_stop(Reader&) {
     return StreamStop{};
 }
 
-StreamCommit read_stream_commit(Reader &in) {
+StreamCommit read_stream_commit(Reader& in) {
     return StreamCommit{
         .xid = in.u32("xid"),
         .flags = in.u8("flags"),
@@ -406,7 +406,7 @@ StreamCommit read_stream_commit(Reader &in) {
     };
 }
 
-StreamAbort read_stream_abort(Reader &in, bool with_abort_info) {
+StreamAbort read_stream_abort(Reader& in, bool with_abort_info) {
     StreamAbort abort;
     abort.xid = in.u32("xid");
     abort.subxid = in.u32("subxid");
@@ -417,7 +417,7 @@ StreamAbort read_stream_abort(Reader &in, bool with_abort_info) {
     return abort;
 }
 
-BeginPrepare read_begin_prepare(Reader &in) {
+BeginPrepare read_begin_prepare(Reader& in) {
     return BeginPrepare{
         .prepare_lsn = in.lsn("prepare_lsn"),
         .end_lsn = in.lsn("end_lsn"),
@@ -427,7 +427,7 @@ BeginPrepare read_begin_prepare(Reader &in) {
     };
 }
 
-Prepare read_prepare(Reader &in) {
+Prepare read_prepare(Reader& in) {
     return Prepare{
         .flags = in.u8("flags"),
         .prepare_lsn = in.lsn("prepare_lsn"),
@@ -438,7 +438,7 @@ Prepare read_prepare(Reader &in) {
     };
 }
 
-CommitPrepared read_commit_prepared(Reader &in) {
+CommitPrepared read_commit_prepared(Reader& in) {
     return CommitPrepared{
         .flags = in.u8("flags"),
         .commit_lsn = in.lsn("commit_lsn"),
@@ -449,7 +449,7 @@ CommitPrepared read_commit_prepared(Reader &in) {
     };
 }
 
-RollbackPrepared read_rollback_prepared(Reader &in) {
+RollbackPrepared read_rollback_prepared(Reader& in) {
     return RollbackPrepared{
         .flags = in.u8("flags"),
         .prepare_end_lsn = in.lsn("prepare end_lsn"),
@@ -461,7 +461,7 @@ RollbackPrepared read_rollback_prepared(Reader &in) {
     };
 }
 
-StreamPrepare read_stream_prepare(Reader &in) {
+StreamPrepare read_stream_prepare(Reader& in) {
     return StreamPrepare{
         .flags = in.u8("flags"),
         .prepare_lsn = in.lsn("prepare_lsn"),
@@ -572,7 +572,7 @@ PgOutputMessage PgOutputDecoder::decode(std::string_view payload) {
     }
     in.expect_end();
 
-    if (const auto *start = std::get_if<StreamStart>(&message)) {
+    if (const auto* start = std::get_if<StreamStart>(&message)) {
         stream_xid_ = start->xid;
     } else if (std::holds_alternative<StreamStop>(message)) {
         stream_xid_.reset();

@@ -9,7 +9,7 @@ namespace pgtide::replicate {
 
 namespace {
 
-schema::Lsn parse_lsn(std::string_view text, const char *what) {
+schema::Lsn parse_lsn(std::string_view text, const char* what) {
     auto lsn = schema::Lsn::parse(text);
     if (!lsn) {
         throw InternalError(std::string("server sent a malformed LSN for ") + what + ": " +
@@ -31,7 +31,7 @@ std::string sql_literal(std::string_view s) {
 
 } // namespace
 
-std::string publication_names_option(const std::vector<std::string> &publications) {
+std::string publication_names_option(const std::vector<std::string>& publications) {
     std::string names;
     for (std::size_t i = 0; i < publications.size(); ++i) {
         if (i) {
@@ -103,7 +103,7 @@ io::Task<StreamRead> ReplicationConnection::read(std::chrono::steady_clock::time
     }
     last_ = std::move(got.data);
     auto msg = parse_walsender_message(last_.view());
-    if (auto *x = std::get_if<XLogData>(&msg)) {
+    if (auto* x = std::get_if<XLogData>(&msg)) {
         co_return *x;
     }
     co_return std::get<PrimaryKeepalive>(msg);

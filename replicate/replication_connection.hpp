@@ -51,7 +51,8 @@ public:
 
     /// START_REPLICATION SLOT name LOGICAL start (proto_version, publication_names, messages).
     /// Negotiates the highest protocol version this server speaks. Suspends.
-    io::Task<void> start(std::string slot, schema::Lsn start, std::vector<std::string> publications);
+    io::Task<void> start(std::string slot, schema::Lsn start,
+                         std::vector<std::string> publications);
 
     /// The pgoutput protocol version `start` asked for.
     int proto_version() const { return proto_version_; }

@@ -15,9 +15,8 @@ inline constexpr const char* kSessionOptions =
 
 /// Connection parameters for an ordinary SQL connection (catalog queries, snapshot readers).
 inline std::vector<std::pair<std::string, std::string>> sql_connection_params() {
-    return {{"options", kSessionOptions},
-            {"client_encoding", "UTF8"},
-            {"application_name", "pgtide"}};
+    return {
+        {"options", kSessionOptions}, {"client_encoding", "UTF8"}, {"application_name", "pgtide"}};
 }
 
 /// Connection parameters for a logical walsender connection.

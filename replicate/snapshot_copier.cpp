@@ -15,7 +15,7 @@ namespace pgtide::replicate {
 
 namespace {
 
-std::string describe_key(const schema::Table &table, const schema::Row &row) {
+std::string describe_key(const schema::Table& table, const schema::Row& row) {
     std::string s;
     for (std::size_t i = 0; i < table.key_columns.size(); ++i) {
         const auto k = table.key_columns[i];
@@ -23,10 +23,10 @@ std::string describe_key(const schema::Table &table, const schema::Row &row) {
             s += ", ";
         }
         s += table.columns[k].name + "=";
-        const auto &v = row[k];
-        if (auto *n = std::get_if<std::int64_t>(&v)) {
+        const auto& v = row[k];
+        if (auto* n = std::get_if<std::int64_t>(&v)) {
             s += std::to_string(*n);
-        } else if (auto *t = std::get_if<std::string>(&v)) {
+        } else if (auto* t = std::get_if<std::string>(&v)) {
             s += t->size() > 64 ? t->substr(0, 64) + "…" : *t;
         } else {
             s += "?";
@@ -38,13 +38,13 @@ std::string describe_key(const schema::Table &table, const schema::Row &row) {
 } // namespace
 
 SnapshotCopier::SnapshotCopier(std::string dsn, std::string snapshot_name,
-                               const std::vector<SourceTable> &tables, SnapshotOptions options)
+                               const std::vector<SourceTable>& tables, SnapshotOptions options)
     : dsn_(std::move(dsn)), snapshot_name_(std::move(snapshot_name)), tables_(tables),
       options_(options) {}
 
-std::string SnapshotCopier::page_query(const SourceTable &st, const std::vector<std::string> &after,
+std::string SnapshotCopier::page_query(const SourceTable& st, const std::vector<std::string>& after,
                                        std::int64_t limit) {
-    const schema::Table &t = st.table;
+    const schema::Table& t = st.table;
     std::string select;
     for (std::size_t i = 0; i < t.columns.size(); ++i) {
         if (i) {
@@ -84,7 +84,7 @@ std::string SnapshotCopier::page_query(const SourceTable &st, const std::vector<
     return sql;
 }
 
-io::Task<void> SnapshotCopier::run(io::Channel<ApplyWork> &out) {
+io::Task<void> SnapshotCopier::run(io::Channel<ApplyWork>& out) {
     const int n = std::max(1, std::min<int>(options_.parallel_tables, int(tables_.size())));
     std::vector<io::Task<void>> readers;
     for (int i = 0; i < n; ++i) {
@@ -93,7 +93,7 @@ io::Task<void> SnapshotCopier::run(io::Channel<ApplyWork> &out) {
     co_await io::when_all(std::move(readers));
 }
 
-io::Task<void> SnapshotCopier::reader(SnapshotCopier *self, io::Channel<ApplyWork> *out) {
+io::Task<void> SnapshotCopier::reader(SnapshotCopier* self, io::Channel<ApplyWork>* out) {
     io::PgConnection conn = co_await io::PgConnection::connect(self->dsn_, sql_connection_params());
     co_await conn.exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
     co_await conn.exec("SET TRANSACTION SNAPSHOT " + conn.escape_literal(self->snapshot_name_));
@@ -104,10 +104,10 @@ io::Task<void> SnapshotCopier::reader(SnapshotCopier *self, io::Channel<ApplyWor
     co_await conn.exec("COMMIT");
 }
 
-io::Task<void> SnapshotCopier::copy_table(io::PgConnection &conn, std::size_t index,
-                                          io::Channel<ApplyWork> &out) {
-    const SourceTable &st = tables_[index];
-    const schema::Table &t = st.table;
+io::Task<void> SnapshotCopier::copy_table(io::PgConnection& conn, std::size_t index,
+                                          io::Channel<ApplyWork>& out) {
+    const SourceTable& st = tables_[index];
+    const schema::Table& t = st.table;
     io::log_info("copying table",
                  {{"table", t.qualified()}, {"estimated_rows", std::to_string(st.estimated_rows)}});
     std::vector<std::string> after;
@@ -137,7 +137,7 @@ io::Task<void> SnapshotCopier::copy_table(io::PgConnection &conn, std::size_t in
                 row.reserve(t.columns.size());
                 std::uint64_t row_bytes = 0;
                 for (std::size_t c = 0; c < t.columns.size(); ++c) {
-                    const auto &f = fields[c];
+                    const auto& f = fields[c];
                     if (!f) {
                         row.emplace_back(schema::Null{});
                         continue;
@@ -147,7 +147,7 @@ io::Task<void> SnapshotCopier::copy_table(io::PgConnection &conn, std::size_t in
                         row.push_back(schema::has_binary_decoder(t.columns[c].type)
                                           ? schema::decode_binary(t.columns[c].type, *f)
                                           : schema::decode_text(t.columns[c].type, *f));
-                    } catch (const std::exception &e) {
+                    } catch (const std::exception& e) {
                         throw DefiniteError(ExitCode::Other,
                                             std::string(e.what()) + " in column \"" +
                                                 t.columns[c].name + "\" while copying " +
@@ -167,7 +167,7 @@ io::Task<void> SnapshotCopier::copy_table(io::PgConnection &conn, std::size_t in
                     if (t.columns[k].storage == schema::StorageClass::Integer) {
                         last_key_text.push_back(std::to_string(std::get<std::int64_t>(row[k])));
                     } else {
-                        const auto &f = fields.at(extra++);
+                        const auto& f = fields.at(extra++);
                         last_key_text.push_back(conn.escape_literal(f ? *f : std::string_view{}) +
                                                 "::" + st.columns[k].type_sql);
                     }

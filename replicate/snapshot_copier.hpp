@@ -34,8 +34,8 @@ struct SnapshotOptions {
 
 class SnapshotCopier {
 public:
-    SnapshotCopier(std::string dsn, std::string snapshot_name, const std::vector<SourceTable>& tables,
-                   SnapshotOptions options);
+    SnapshotCopier(std::string dsn, std::string snapshot_name,
+                   const std::vector<SourceTable>& tables, SnapshotOptions options);
 
     /// Copies every table, sending CopyRows and one CopyComplete per table to `out`. Suspends.
     /// Throws io::PgError (source), DefiniteError (a row over max_row_bytes).

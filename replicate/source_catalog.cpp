@@ -19,7 +19,7 @@ template <class... S> std::vector<std::optional<std::string>> params(S&&... s) {
     return out;
 }
 
-std::string oid_array_literal(const std::vector<std::uint32_t> &oids) {
+std::string oid_array_literal(const std::vector<std::uint32_t>& oids) {
     std::string s = "{";
     for (std::size_t i = 0; i < oids.size(); ++i) {
         if (i) {
@@ -30,7 +30,7 @@ std::string oid_array_literal(const std::vector<std::uint32_t> &oids) {
     return s + "}";
 }
 
-std::string text_array_literal(const std::vector<std::string> &items) {
+std::string text_array_literal(const std::vector<std::string>& items) {
     std::string s = "{";
     for (std::size_t i = 0; i < items.size(); ++i) {
         if (i) {
@@ -57,7 +57,7 @@ std::int64_t to_int64(std::string_view s) {
 } // namespace
 
 io::Task<std::vector<SourceTable>>
-SourceCatalog::published_tables(io::PgConnection &conn, std::vector<std::string> publications,
+SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string> publications,
                                 std::vector<TableOverride> overrides) {
     // Every publication must exist: a typo would otherwise replicate nothing, silently.
     io::PgResult pubs =
@@ -81,15 +81,14 @@ SourceCatalog::published_tables(io::PgConnection &conn, std::vector<std::string>
 
     std::vector<SourceTable> out;
     std::map<std::string, std::string> target_owner; // lower-cased target → source name
-    SourceCatalog types;
     for (int r = 0; r < rels.rows(); ++r) {
         const std::string relid(rels.get(r, 0));
         SourceTable st;
         st.table.schema = std::string(rels.get(r, 1));
         st.table.name = std::string(rels.get(r, 2));
         st.estimated_rows = to_int64(rels.get(r, 3));
-        const TableOverride *ov = nullptr;
-        for (const auto &o : overrides) {
+        const TableOverride* ov = nullptr;
+        for (const auto& o : overrides) {
             if (o.schema == st.table.schema && o.name == st.table.name) {
                 ov = &o;
             }
@@ -117,7 +116,7 @@ SourceCatalog::published_tables(io::PgConnection &conn, std::vector<std::string>
             schema::TableColumn tc;
             tc.name = sc.name;
             tc.typmod = std::int32_t(std::stol(std::string(cols.get(c, 3))));
-            tc.type = co_await types.resolve(conn, sc.type_oid);
+            tc.type = co_await resolve(conn, sc.type_oid);
             tc.storage = schema::storage_class(tc.type);
             st.columns.push_back(std::move(sc));
             st.table.columns.push_back(std::move(tc));
@@ -150,9 +149,9 @@ SourceCatalog::published_tables(io::PgConnection &conn, std::vector<std::string>
                     "KEY), a replica identity index (ALTER TABLE ... REPLICA IDENTITY USING "
                     "INDEX ...), or set key = [...] in its [[tables]] entry");
         }
-        for (const auto &k : key_names) {
+        for (const auto& k : key_names) {
             auto it = std::find_if(st.table.columns.begin(), st.table.columns.end(),
-                                   [&](const schema::TableColumn &c) { return c.name == k; });
+                                   [&](const schema::TableColumn& c) { return c.name == k; });
             if (it == st.table.columns.end()) {
                 throw DefiniteError(ExitCode::SourceNotReady,
                                     "key column \"" + k + "\" of table " + st.table.qualified() +
@@ -176,7 +175,7 @@ SourceCatalog::published_tables(io::PgConnection &conn, std::vector<std::string>
     co_return out;
 }
 
-io::Task<void> SourceCatalog::load_types(io::PgConnection &conn, std::vector<std::uint32_t> oids) {
+io::Task<void> SourceCatalog::load_types(io::PgConnection& conn, std::vector<std::uint32_t> oids) {
     while (!oids.empty()) {
         io::PgResult r = co_await conn.exec_params(
             "SELECT oid, typtype, typbasetype, typelem, typcategory FROM pg_type "
@@ -223,7 +222,7 @@ schema::TypeRef SourceCatalog::resolve_cached(std::uint32_t oid) const {
     return ref;
 }
 
-io::Task<schema::TypeRef> SourceCatalog::resolve(io::PgConnection &conn, std::uint32_t type_oid) {
+io::Task<schema::TypeRef> SourceCatalog::resolve(io::PgConnection& conn, std::uint32_t type_oid) {
     // Walk until every type the chain needs is cached.
     for (;;) {
         std::vector<std::uint32_t> missing;

@@ -41,9 +41,9 @@ public:
     /// Every table of `publications` (deduplicated), in a stable order. Throws DefiniteError
     /// (exit 3) for a missing publication, a table without a usable key, or target-name
     /// collisions. Suspends.
-    static io::Task<std::vector<SourceTable>>
-    published_tables(io::PgConnection& conn, std::vector<std::string> publications,
-                     std::vector<TableOverride> overrides);
+    io::Task<std::vector<SourceTable>> published_tables(io::PgConnection& conn,
+                                                        std::vector<std::string> publications,
+                                                        std::vector<TableOverride> overrides);
 
     /// Resolves type OIDs to the TypeRef the codecs need (domains to their base type, arrays to
     /// their element). Caches. Suspends only for OIDs it has not seen.

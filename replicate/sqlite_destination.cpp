@@ -20,10 +20,10 @@ namespace {
 using schema::quote_identifier;
 
 constexpr int kBusyTimeoutMs = 5000;
-constexpr const char *kLsnColumn = "_pgtide_lsn";
-constexpr const char *kDeletedColumn = "_pgtide_deleted";
+constexpr const char* kLsnColumn = "_pgtide_lsn";
+constexpr const char* kDeletedColumn = "_pgtide_deleted";
 
-constexpr const char *kCreateMetadata = R"sql(
+constexpr const char* kCreateMetadata = R"sql(
 CREATE TABLE IF NOT EXISTS "_pgtide_checkpoint" (
     "slot_name" TEXT NOT NULL PRIMARY KEY,
     "system_identifier" TEXT NOT NULL,
@@ -57,7 +57,7 @@ CREATE TABLE IF NOT EXISTS "_pgtide_tombstones" (
 )sql";
 
 // SQLite folds identifier case for ASCII letters only.
-bool same_identifier(const std::string &a, const std::string &b) {
+bool same_identifier(const std::string& a, const std::string& b) {
     return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
                const auto lower = [](char c) { return (c >= 'A' && c <= 'Z') ? char(c + 32) : c; };
                return lower(x) == lower(y);
@@ -103,30 +103,30 @@ std::int64_t now_unix_ms() {
 // Resets a statement when the step that used it is over, whatever happened.
 class ResetGuard {
 public:
-    explicit ResetGuard(sqlite3_stmt *stmt) : stmt_(stmt) {}
+    explicit ResetGuard(sqlite3_stmt* stmt) : stmt_(stmt) {}
     ~ResetGuard() { sqlite3_reset(stmt_); }
-    ResetGuard(const ResetGuard &) = delete;
-    ResetGuard &operator=(const ResetGuard &) = delete;
+    ResetGuard(const ResetGuard&) = delete;
+    ResetGuard& operator=(const ResetGuard&) = delete;
 
 private:
-    sqlite3_stmt *stmt_;
+    sqlite3_stmt* stmt_;
 };
 
 // Binds with the value's exact storage class. Text and blobs are bound without a copy: every
 // parameter is rebound before each step, so no stale pointer is ever read.
-void bind_value(sqlite3_stmt *stmt, int index, const schema::Value &v) {
+void bind_value(sqlite3_stmt* stmt, int index, const schema::Value& v) {
     int rc = SQLITE_OK;
-    if (const auto *i = std::get_if<std::int64_t>(&v)) {
+    if (const auto* i = std::get_if<std::int64_t>(&v)) {
         rc = sqlite3_bind_int64(stmt, index, *i);
-    } else if (const auto *d = std::get_if<double>(&v)) {
+    } else if (const auto* d = std::get_if<double>(&v)) {
         if (std::isnan(*d)) {
             rc = sqlite3_bind_text(stmt, index, "NaN", 3, SQLITE_STATIC); // DESIGN §5
         } else {
             rc = sqlite3_bind_double(stmt, index, *d);
         }
-    } else if (const auto *s = std::get_if<std::string>(&v)) {
+    } else if (const auto* s = std::get_if<std::string>(&v)) {
         rc = sqlite3_bind_text64(stmt, index, s->data(), s->size(), SQLITE_STATIC, SQLITE_UTF8);
-    } else if (const auto *b = std::get_if<schema::Blob>(&v)) {
+    } else if (const auto* b = std::get_if<schema::Blob>(&v)) {
         if (b->bytes.empty()) {
             rc = sqlite3_bind_zeroblob(stmt, index, 0); // an empty BLOB, not NULL
         } else {
@@ -143,20 +143,20 @@ void bind_value(sqlite3_stmt *stmt, int index, const schema::Value &v) {
     }
 }
 
-void bind_int(sqlite3_stmt *stmt, int index, std::int64_t v) {
+void bind_int(sqlite3_stmt* stmt, int index, std::int64_t v) {
     sqlite3_bind_int64(stmt, index, v);
 }
 
-void bind_str(sqlite3_stmt *stmt, int index, const std::string &s) {
+void bind_str(sqlite3_stmt* stmt, int index, const std::string& s) {
     sqlite3_bind_text64(stmt, index, s.data(), s.size(), SQLITE_STATIC, SQLITE_UTF8);
 }
 
-std::string column_text(sqlite3_stmt *stmt, int index) {
-    const auto *p = reinterpret_cast<const char *>(sqlite3_column_text(stmt, index));
+std::string column_text(sqlite3_stmt* stmt, int index) {
+    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt, index));
     return p ? std::string(p, std::size_t(sqlite3_column_bytes(stmt, index))) : std::string();
 }
 
-std::string where_key(const schema::Table &table, int first_param) {
+std::string where_key(const schema::Table& table, int first_param) {
     std::string sql;
     for (std::size_t k = 0; k < table.key_columns.size(); ++k) {
         if (k > 0) {
@@ -168,13 +168,13 @@ std::string where_key(const schema::Table &table, int first_param) {
     return sql;
 }
 
-bool is_key_column(const schema::Table &table, std::size_t column) {
+bool is_key_column(const schema::Table& table, std::size_t column) {
     return std::find(table.key_columns.begin(), table.key_columns.end(), column) !=
            table.key_columns.end();
 }
 
-void check_row(const schema::Table &table, const schema::Row &row, std::size_t expected,
-               const char *what) {
+void check_row(const schema::Table& table, const schema::Row& row, std::size_t expected,
+               const char* what) {
     if (row.size() != expected) {
         throw InternalError(std::string(what) + " for " + table.target + " has " +
                             std::to_string(row.size()) + " values, expected " +
@@ -184,16 +184,16 @@ void check_row(const schema::Table &table, const schema::Row &row, std::size_t e
 
 } // namespace
 
-void SqliteDestination::DbCloser::operator()(sqlite3 *db) const {
+void SqliteDestination::DbCloser::operator()(sqlite3* db) const {
     sqlite3_close_v2(db);
 }
 
-void SqliteDestination::StmtFinalizer::operator()(sqlite3_stmt *s) const {
+void SqliteDestination::StmtFinalizer::operator()(sqlite3_stmt* s) const {
     sqlite3_finalize(s);
 }
 
 SqliteDestination::SqliteDestination(std::string path) : path_(std::move(path)) {
-    sqlite3 *raw = nullptr;
+    sqlite3* raw = nullptr;
     const int rc = sqlite3_open_v2(path_.c_str(), &raw,
                                    SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
                                        SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE,
@@ -231,10 +231,10 @@ SqliteDestination::SqliteDestination(std::string path) : path_(std::move(path)) 
 }
 
 SqliteDestination::~SqliteDestination() = default;
-SqliteDestination::SqliteDestination(SqliteDestination &&) noexcept = default;
-SqliteDestination &SqliteDestination::operator=(SqliteDestination &&) noexcept = default;
+SqliteDestination::SqliteDestination(SqliteDestination&&) noexcept = default;
+SqliteDestination& SqliteDestination::operator=(SqliteDestination&&) noexcept = default;
 
-void SqliteDestination::fail(int code, const std::string &what) const {
+void SqliteDestination::fail(int code, const std::string& what) const {
     const int extended = db_ ? sqlite3_extended_errcode(db_.get()) : code;
     const int reported = (extended & 0xff) == (code & 0xff) ? extended : code;
     std::string message = "sqlite destination " + path_ + ": " + what + ": ";
@@ -243,9 +243,9 @@ void SqliteDestination::fail(int code, const std::string &what) const {
     throw DestinationError(kind_of(reported), reported, message);
 }
 
-SqliteDestination::Statement SqliteDestination::prepare(const std::string &sql,
-                                                        const std::string &what) {
-    sqlite3_stmt *raw = nullptr;
+SqliteDestination::Statement SqliteDestination::prepare(const std::string& sql,
+                                                        const std::string& what) {
+    sqlite3_stmt* raw = nullptr;
     const int rc = sqlite3_prepare_v3(db_.get(), sql.c_str(), int(sql.size() + 1),
                                       SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
     Statement stmt(raw);
@@ -255,14 +255,14 @@ SqliteDestination::Statement SqliteDestination::prepare(const std::string &sql,
     return stmt;
 }
 
-void SqliteDestination::exec(const std::string &sql, const std::string &what) {
+void SqliteDestination::exec(const std::string& sql, const std::string& what) {
     const int rc = sqlite3_exec(db_.get(), sql.c_str(), nullptr, nullptr, nullptr);
     if (rc != SQLITE_OK) {
         fail(rc, what);
     }
 }
 
-int SqliteDestination::step(sqlite3_stmt *stmt, const std::string &what) {
+int SqliteDestination::step(sqlite3_stmt* stmt, const std::string& what) {
     const int rc = sqlite3_step(stmt);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
         fail(rc, what);
@@ -270,7 +270,7 @@ int SqliteDestination::step(sqlite3_stmt *stmt, const std::string &what) {
     return rc;
 }
 
-int SqliteDestination::step(sqlite3_stmt *stmt, const char *action, const std::string &object) {
+int SqliteDestination::step(sqlite3_stmt* stmt, const char* action, const std::string& object) {
     const int rc = sqlite3_step(stmt);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
         fail(rc, std::string(action) + " " + object);
@@ -278,14 +278,14 @@ int SqliteDestination::step(sqlite3_stmt *stmt, const char *action, const std::s
     return rc;
 }
 
-sqlite3_stmt *SqliteDestination::metadata_statement(Statement &slot, const char *sql) {
+sqlite3_stmt* SqliteDestination::metadata_statement(Statement& slot, const char* sql) {
     if (!slot) {
         slot = prepare(sql, "preparing a metadata statement");
     }
     return slot.get();
 }
 
-bool SqliteDestination::table_exists(const std::string &name) {
+bool SqliteDestination::table_exists(const std::string& name) {
     Statement stmt = prepare("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?1",
                              "looking up table " + name);
     bind_str(stmt.get(), 1, name); // sqlite_schema.name compares with SQLite's case folding
@@ -319,14 +319,14 @@ bool SqliteDestination::in_transaction() const {
 
 // ---- tables ------------------------------------------------------------------------------
 
-void SqliteDestination::ensure_table(const schema::Table &table) {
-    const std::string &target = table.target;
+void SqliteDestination::ensure_table(const schema::Table& table) {
+    const std::string& target = table.target;
     const std::string what = "creating table " + target;
     if (table.key_columns.empty()) {
         throw InternalError("table " + table.qualified() +
                             " reached the destination without a key");
     }
-    for (const schema::TableColumn &c : table.columns) {
+    for (const schema::TableColumn& c : table.columns) {
         if (same_identifier(c.name, kLsnColumn) || same_identifier(c.name, kDeletedColumn)) {
             throw DestinationError(DestinationErrorKind::Schema, 0,
                                    "sqlite destination " + path_ + ": column \"" + c.name +
@@ -339,7 +339,7 @@ void SqliteDestination::ensure_table(const schema::Table &table) {
     if (!table_exists(target)) {
         std::string sql = "CREATE TABLE " + quote_identifier(target) + " (";
         for (std::size_t i = 0; i < table.columns.size(); ++i) {
-            const schema::TableColumn &c = table.columns[i];
+            const schema::TableColumn& c = table.columns[i];
             sql += quote_identifier(c.name) + " " + schema::storage_class_name(c.storage);
             if (is_key_column(table, i)) {
                 sql += " NOT NULL";
@@ -372,13 +372,13 @@ void SqliteDestination::ensure_table(const schema::Table &table) {
                                         sqlite3_column_int(info.get(), 2)});
         }
     }
-    const auto schema_error = [&](const std::string &message) {
+    const auto schema_error = [&](const std::string& message) {
         return DestinationError(DestinationErrorKind::Schema, 0,
                                 "sqlite destination " + path_ + ": table " + target + " (for " +
                                     table.qualified() + ") " + message);
     };
-    const auto find = [&](const std::string &name) -> const Existing * {
-        for (const Existing &e : existing) {
+    const auto find = [&](const std::string& name) -> const Existing* {
+        for (const Existing& e : existing) {
             if (same_identifier(e.name, name)) {
                 return &e;
             }
@@ -390,29 +390,29 @@ void SqliteDestination::ensure_table(const schema::Table &table) {
         throw schema_error("exists but has no _pgtide_lsn column: it was not created by pgtide; "
                            "drop or rename it, or choose another target name");
     }
-    std::vector<const Existing *> existing_key;
-    for (const Existing &e : existing) {
+    std::vector<const Existing*> existing_key;
+    for (const Existing& e : existing) {
         if (e.pk > 0) {
             existing_key.push_back(&e);
         }
     }
     std::sort(existing_key.begin(), existing_key.end(),
-              [](const Existing *a, const Existing *b) { return a->pk < b->pk; });
+              [](const Existing* a, const Existing* b) { return a->pk < b->pk; });
     bool same_key = existing_key.size() == table.key_columns.size();
     for (std::size_t k = 0; same_key && k < existing_key.size(); ++k) {
         same_key = same_identifier(existing_key[k]->name, table.columns[table.key_columns[k]].name);
     }
     if (!same_key) {
-        const auto names = [](const std::vector<std::string> &v) {
+        const auto names = [](const std::vector<std::string>& v) {
             std::string s;
-            for (const std::string &n : v) {
+            for (const std::string& n : v) {
                 s += (s.empty() ? "" : ", ") + n;
             }
             return "(" + s + ")";
         };
         std::vector<std::string> have;
         std::vector<std::string> want;
-        for (const Existing *e : existing_key) {
+        for (const Existing* e : existing_key) {
             have.push_back(e->name);
         }
         for (const std::size_t c : table.key_columns) {
@@ -423,9 +423,9 @@ void SqliteDestination::ensure_table(const schema::Table &table) {
     }
 
     std::vector<std::string> additions;
-    for (const schema::TableColumn &c : table.columns) {
-        const char *type = schema::storage_class_name(c.storage);
-        if (const Existing *e = find(c.name)) {
+    for (const schema::TableColumn& c : table.columns) {
+        const char* type = schema::storage_class_name(c.storage);
+        if (const Existing* e = find(c.name)) {
             if (!same_identifier(e->type, type)) {
                 throw schema_error("declares column \"" + e->name + "\" as " + e->type +
                                    " but the source column needs " + type +
@@ -436,15 +436,15 @@ void SqliteDestination::ensure_table(const schema::Table &table) {
                                 quote_identifier(c.name) + " " + type);
         }
     }
-    for (const std::string &sql : additions) {
+    for (const std::string& sql : additions) {
         exec(sql, "adding a column to " + target);
     }
 }
 
-SqliteDestination::TableStatements &SqliteDestination::statements_for(const schema::Table &table) {
+SqliteDestination::TableStatements& SqliteDestination::statements_for(const schema::Table& table) {
     auto it = tables_.find(table.target);
     if (it != tables_.end()) {
-        const TableStatements &s = it->second;
+        const TableStatements& s = it->second;
         bool same = s.key_columns == table.key_columns && s.columns.size() == table.columns.size();
         for (std::size_t i = 0; same && i < s.columns.size(); ++i) {
             same = s.columns[i] == table.columns[i].name;
@@ -459,16 +459,16 @@ SqliteDestination::TableStatements &SqliteDestination::statements_for(const sche
                             " reached the destination without a key");
     }
     TableStatements s;
-    for (const schema::TableColumn &c : table.columns) {
+    for (const schema::TableColumn& c : table.columns) {
         s.columns.push_back(c.name);
     }
     s.key_columns = table.key_columns;
     return tables_.emplace(table.target, std::move(s)).first->second;
 }
 
-void SqliteDestination::raise_tombstone(const std::string &target, const std::string &key,
+void SqliteDestination::raise_tombstone(const std::string& target, const std::string& key,
                                         schema::Lsn version) {
-    sqlite3_stmt *stmt = metadata_statement(
+    sqlite3_stmt* stmt = metadata_statement(
         tombstone_,
         R"(INSERT INTO "_pgtide_tombstones" ("target_table", "key", "lsn") VALUES (?1, ?2, ?3)
            ON CONFLICT ("target_table", "key") DO UPDATE SET "lsn" = excluded."lsn"
@@ -487,7 +487,7 @@ namespace {
 // INSERT … SELECT <row> WHERE NOT EXISTS (tombstone) ON CONFLICT (key) DO UPDATE … WHERE
 // <version>. Parameters: ?1..?N the columns, ?N+1 the version, ?N+2 the target table,
 // ?N+3 the encoded key. `snapshot` selects copy_row's strict comparisons.
-std::string versioned_insert_sql(const schema::Table &table, bool snapshot) {
+std::string versioned_insert_sql(const schema::Table& table, bool snapshot) {
     const int n = int(table.columns.size());
     const std::string version = "?" + std::to_string(n + 1);
     const std::string target = quote_identifier(table.target);
@@ -517,15 +517,15 @@ std::string versioned_insert_sql(const schema::Table &table, bool snapshot) {
 
 } // namespace
 
-void SqliteDestination::copy_row(const schema::Table &table, const schema::Row &row,
+void SqliteDestination::copy_row(const schema::Table& table, const schema::Row& row,
                                  schema::Lsn version) {
     check_row(table, row, table.columns.size(), "snapshot row");
-    TableStatements &s = statements_for(table);
+    TableStatements& s = statements_for(table);
     if (!s.copy) {
         s.copy = prepare(versioned_insert_sql(table, /*snapshot=*/true),
                          "preparing the copy of " + table.target);
     }
-    sqlite3_stmt *stmt = s.copy.get();
+    sqlite3_stmt* stmt = s.copy.get();
     ResetGuard guard(stmt);
     const int n = int(row.size());
     for (int i = 0; i < n; ++i) {
@@ -538,12 +538,12 @@ void SqliteDestination::copy_row(const schema::Table &table, const schema::Row &
     step(stmt, "copying a row into", table.target);
 }
 
-void SqliteDestination::upsert(const schema::Table &table, const schema::Row &row,
+void SqliteDestination::upsert(const schema::Table& table, const schema::Row& row,
                                schema::Lsn version) {
     check_row(table, row, table.columns.size(), "stream row");
-    TableStatements &s = statements_for(table);
+    TableStatements& s = statements_for(table);
     const int n = int(row.size());
-    const bool partial = std::any_of(row.begin(), row.end(), [](const schema::Value &v) {
+    const bool partial = std::any_of(row.begin(), row.end(), [](const schema::Value& v) {
         return std::holds_alternative<schema::UnchangedToast>(v);
     });
 
@@ -552,7 +552,7 @@ void SqliteDestination::upsert(const schema::Table &table, const schema::Row &ro
             s.upsert = prepare(versioned_insert_sql(table, /*snapshot=*/false),
                                "preparing the upsert into " + table.target);
         }
-        sqlite3_stmt *stmt = s.upsert.get();
+        sqlite3_stmt* stmt = s.upsert.get();
         ResetGuard guard(stmt);
         for (int i = 0; i < n; ++i) {
             bind_value(stmt, i + 1, row[std::size_t(i)]);
@@ -576,7 +576,7 @@ void SqliteDestination::upsert(const schema::Table &table, const schema::Row &ro
                                 table.qualified() + " arrived as unchanged TOAST");
         }
     }
-    Statement &slot = s.partial[unchanged];
+    Statement& slot = s.partial[unchanged];
     const int first_key = n + 2; // ?1..?N columns (unchanged ones unused), ?N+1 version
     if (!slot) {
         const std::string lsn = quote_identifier(kLsnColumn);
@@ -591,7 +591,7 @@ void SqliteDestination::upsert(const schema::Table &table, const schema::Row &ro
                " AND " + lsn + " <= ?" + std::to_string(n + 1);
         slot = prepare(sql, "preparing a partial update of " + table.target);
     }
-    sqlite3_stmt *stmt = slot.get();
+    sqlite3_stmt* stmt = slot.get();
     ResetGuard guard(stmt);
     for (int i = 0; i < n; ++i) {
         if (!unchanged[std::size_t(i)] && !is_key_column(table, std::size_t(i))) {
@@ -605,10 +605,10 @@ void SqliteDestination::upsert(const schema::Table &table, const schema::Row &ro
     step(stmt, "updating a row of", table.target);
 }
 
-void SqliteDestination::remove(const schema::Table &table, const schema::Row &key,
+void SqliteDestination::remove(const schema::Table& table, const schema::Row& key,
                                schema::Lsn version, bool record_tombstone) {
     check_row(table, key, table.key_columns.size(), "deleted key");
-    TableStatements &s = statements_for(table);
+    TableStatements& s = statements_for(table);
     if (!s.remove) {
         s.remove =
             prepare("DELETE FROM " + quote_identifier(table.target) + " WHERE " +
@@ -616,7 +616,7 @@ void SqliteDestination::remove(const schema::Table &table, const schema::Row &ke
                     "preparing the delete from " + table.target);
     }
     {
-        sqlite3_stmt *stmt = s.remove.get();
+        sqlite3_stmt* stmt = s.remove.get();
         ResetGuard guard(stmt);
         bind_int(stmt, 1, lsn_to_int(version));
         for (std::size_t k = 0; k < key.size(); ++k) {
@@ -629,7 +629,7 @@ void SqliteDestination::remove(const schema::Table &table, const schema::Row &ke
     }
 }
 
-void SqliteDestination::truncate(const schema::Table &table, schema::Lsn version,
+void SqliteDestination::truncate(const schema::Table& table, schema::Lsn version,
                                  bool record_tombstone) {
     Statement stmt = prepare("DELETE FROM " + quote_identifier(table.target) + " WHERE " +
                                  quote_identifier(kLsnColumn) + " <= ?1",
@@ -641,16 +641,16 @@ void SqliteDestination::truncate(const schema::Table &table, schema::Lsn version
     }
 }
 
-void SqliteDestination::clear_tombstones(const std::string &target_table) {
+void SqliteDestination::clear_tombstones(const std::string& target_table) {
     Statement stmt = prepare("DELETE FROM \"_pgtide_tombstones\" WHERE \"target_table\" = ?1",
                              "preparing to clear the tombstones of " + target_table);
     bind_str(stmt.get(), 1, target_table);
     step(stmt.get(), "clearing the tombstones of", target_table);
 }
 
-void SqliteDestination::reset_tables(const std::string &slot,
-                                     const std::vector<schema::Table> &tables) {
-    for (const schema::Table &table : tables) {
+void SqliteDestination::reset_tables(const std::string& slot,
+                                     const std::vector<schema::Table>& tables) {
+    for (const schema::Table& table : tables) {
         if (table_exists(table.target)) {
             exec("DELETE FROM " + quote_identifier(table.target), "emptying " + table.target);
         }
@@ -664,8 +664,8 @@ void SqliteDestination::reset_tables(const std::string &slot,
 
 // ---- metadata ----------------------------------------------------------------------------
 
-std::optional<Checkpoint> SqliteDestination::load_checkpoint(const std::string &slot) {
-    sqlite3_stmt *stmt = metadata_statement(
+std::optional<Checkpoint> SqliteDestination::load_checkpoint(const std::string& slot) {
+    sqlite3_stmt* stmt = metadata_statement(
         load_checkpoint_,
         R"(SELECT "slot_name", "system_identifier", "timeline", "database", "epoch", "phase",
                   "consistent_lsn", "lsn", "owner", "lease_until", "updated_at"
@@ -676,7 +676,7 @@ std::optional<Checkpoint> SqliteDestination::load_checkpoint(const std::string &
     if (step(stmt, what) != SQLITE_ROW) {
         return std::nullopt;
     }
-    const auto corrupt = [&](const std::string &detail) {
+    const auto corrupt = [&](const std::string& detail) {
         return DestinationError(DestinationErrorKind::Corrupt, 0,
                                 "sqlite destination " + path_ + ": " + what + ": " + detail);
     };
@@ -708,8 +708,8 @@ std::optional<Checkpoint> SqliteDestination::load_checkpoint(const std::string &
     return c;
 }
 
-std::vector<TableProgress> SqliteDestination::load_tables(const std::string &slot) {
-    sqlite3_stmt *stmt = metadata_statement(
+std::vector<TableProgress> SqliteDestination::load_tables(const std::string& slot) {
+    sqlite3_stmt* stmt = metadata_statement(
         load_tables_,
         R"(SELECT "source_table", "target_table", "state", "epoch", "copy_lsn", "rows_copied"
            FROM "_pgtide_tables" WHERE "slot_name" = ?1 ORDER BY "source_table")");
@@ -739,8 +739,8 @@ std::vector<TableProgress> SqliteDestination::load_tables(const std::string &slo
     return out;
 }
 
-void SqliteDestination::set_table_progress(const std::string &slot, const TableProgress &p) {
-    sqlite3_stmt *stmt = metadata_statement(
+void SqliteDestination::set_table_progress(const std::string& slot, const TableProgress& p) {
+    sqlite3_stmt* stmt = metadata_statement(
         set_table_progress_,
         R"(INSERT INTO "_pgtide_tables" ("slot_name", "source_table", "target_table", "state",
                                          "epoch", "copy_lsn", "rows_copied", "updated_at")
@@ -762,8 +762,8 @@ void SqliteDestination::set_table_progress(const std::string &slot, const TableP
     step(stmt, "recording the state of", p.source_table);
 }
 
-void SqliteDestination::insert_checkpoint(const Checkpoint &c) {
-    sqlite3_stmt *stmt = metadata_statement(
+void SqliteDestination::insert_checkpoint(const Checkpoint& c) {
+    sqlite3_stmt* stmt = metadata_statement(
         insert_checkpoint_,
         R"(INSERT INTO "_pgtide_checkpoint" ("slot_name", "system_identifier", "timeline",
                 "database", "epoch", "phase", "consistent_lsn", "lsn", "owner", "lease_until",
@@ -785,7 +785,7 @@ void SqliteDestination::insert_checkpoint(const Checkpoint &c) {
     step(stmt, "inserting the checkpoint of slot", c.slot_name);
 }
 
-bool SqliteDestination::cas_checkpoint(const Checkpoint &expected, const Checkpoint &next) {
+bool SqliteDestination::cas_checkpoint(const Checkpoint& expected, const Checkpoint& next) {
     if (!in_transaction()) {
         throw InternalError("checkpoint compare-and-swap outside a destination transaction");
     }
@@ -793,7 +793,7 @@ bool SqliteDestination::cas_checkpoint(const Checkpoint &expected, const Checkpo
         throw InternalError("checkpoint compare-and-swap from slot " + expected.slot_name +
                             " to slot " + next.slot_name);
     }
-    sqlite3_stmt *stmt = metadata_statement(
+    sqlite3_stmt* stmt = metadata_statement(
         cas_checkpoint_,
         R"(UPDATE "_pgtide_checkpoint" SET "system_identifier" = ?1, "timeline" = ?2,
                "database" = ?3, "epoch" = ?4, "phase" = ?5, "consistent_lsn" = ?6, "lsn" = ?7,

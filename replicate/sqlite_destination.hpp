@@ -54,7 +54,7 @@ enum class DestinationErrorKind {
 /// involved, and SQLite's own message with its extended result code.
 class DestinationError : public std::runtime_error {
 public:
-    DestinationError(DestinationErrorKind kind, int sqlite_code, const std::string &message)
+    DestinationError(DestinationErrorKind kind, int sqlite_code, const std::string& message)
         : std::runtime_error(message), kind_(kind), sqlite_code_(sqlite_code) {}
     DestinationErrorKind kind() const { return kind_; }
     /// SQLite's extended result code; 0 when the error is pgtide's own check.
@@ -73,16 +73,16 @@ public:
     /// Throws DestinationError naming the path and SQLite's message.
     explicit SqliteDestination(std::string path);
     ~SqliteDestination();
-    SqliteDestination(SqliteDestination &&) noexcept;
-    SqliteDestination &operator=(SqliteDestination &&) noexcept;
-    SqliteDestination(const SqliteDestination &) = delete;
-    SqliteDestination &operator=(const SqliteDestination &) = delete;
+    SqliteDestination(SqliteDestination&&) noexcept;
+    SqliteDestination& operator=(SqliteDestination&&) noexcept;
+    SqliteDestination(const SqliteDestination&) = delete;
+    SqliteDestination& operator=(const SqliteDestination&) = delete;
 
     /// The checkpoint row of `slot`, or nullopt when there is none.
     /// Throws DestinationError (kind Corrupt when a stored value cannot be read back).
-    std::optional<Checkpoint> load_checkpoint(const std::string &slot);
+    std::optional<Checkpoint> load_checkpoint(const std::string& slot);
     /// Every `_pgtide_tables` row of `slot`, ordered by source table.
-    std::vector<TableProgress> load_tables(const std::string &slot);
+    std::vector<TableProgress> load_tables(const std::string& slot);
 
     /// Creates `table.target` when missing: each column declared exactly INTEGER/REAL/TEXT/BLOB
     /// per its storage class, key columns NOT NULL, PRIMARY KEY(key columns), and
@@ -90,7 +90,7 @@ public:
     /// Schema) a different key, a column whose declared type differs, or a table without
     /// `_pgtide_lsn`. Names compare as SQLite does (ASCII case-insensitive). Forgets the
     /// table's cached statements. Runs in the current transaction, if any.
-    void ensure_table(const schema::Table &table);
+    void ensure_table(const schema::Table& table);
 
     /// BEGIN IMMEDIATE (waits up to the busy timeout for the write lock).
     void begin();
@@ -104,53 +104,53 @@ public:
     /// A snapshot row at version C: replaces a row iff C > its version; with no row, is skipped
     /// iff a tombstone of its key or its table is at or above C, else inserted.
     /// `row` has one value per column of `table`, none UnchangedToast (InternalError).
-    void copy_row(const schema::Table &table, const schema::Row &row, schema::Lsn version);
+    void copy_row(const schema::Table& table, const schema::Row& row, schema::Lsn version);
 
     /// A stream insert or update at L: replaces a row iff L >= its version; with no row,
     /// inserts iff no tombstone of its key or table is above L. UnchangedToast values keep the
     /// destination's value (a partial update), and such an update with no row is skipped.
-    void upsert(const schema::Table &table, const schema::Row &row, schema::Lsn version);
+    void upsert(const schema::Table& table, const schema::Row& row, schema::Lsn version);
 
     /// A stream delete at L of `key` (values in `table.key_columns` order): deletes the row iff
     /// L >= its version. With `record_tombstone`, tombstones the key at L (raising an existing
     /// tombstone to max(t, L)) whether or not a row was deleted.
-    void remove(const schema::Table &table, const schema::Row &key, schema::Lsn version,
+    void remove(const schema::Table& table, const schema::Row& key, schema::Lsn version,
                 bool record_tombstone);
 
     /// A truncate at L: deletes every row whose version is at or below L (a row at a newer
     /// version can only come from a copy that already reflects the truncate). With
     /// `record_tombstone`, a table-wide tombstone at L that gates copy_row and upsert as a
     /// per-key one does.
-    void truncate(const schema::Table &table, schema::Lsn version, bool record_tombstone);
+    void truncate(const schema::Table& table, schema::Lsn version, bool record_tombstone);
 
     /// Removes every tombstone (per-key and table-wide) of `target_table`.
-    void clear_tombstones(const std::string &target_table);
+    void clear_tombstones(const std::string& target_table);
 
     /// Inserts or replaces `_pgtide_tables` (slot, p.source_table), stamping updated_at now.
-    void set_table_progress(const std::string &slot, const TableProgress &p);
+    void set_table_progress(const std::string& slot, const TableProgress& p);
 
     /// Inserts the first checkpoint row of `c.slot_name`; DestinationError (kind Constraint)
     /// if the slot already has one.
-    void insert_checkpoint(const Checkpoint &c);
+    void insert_checkpoint(const Checkpoint& c);
 
     /// The compare-and-swap of DESIGN §1.4: sets the row of `expected.slot_name` to `next` iff
     /// it still has expected's epoch, owner and lsn. Returns false (fenced) when no row
     /// matched; the caller then rolls back. Must run inside a transaction (InternalError
     /// otherwise); `next.slot_name` must equal `expected.slot_name`.
-    bool cas_checkpoint(const Checkpoint &expected, const Checkpoint &next);
+    bool cas_checkpoint(const Checkpoint& expected, const Checkpoint& next);
 
     /// For a new epoch: empties each existing target table of `tables` and its tombstones, and
     /// deletes the `_pgtide_tables` rows of `slot`. The checkpoint row is left to the caller.
-    void reset_tables(const std::string &slot, const std::vector<schema::Table> &tables);
+    void reset_tables(const std::string& slot, const std::vector<schema::Table>& tables);
 
-    const std::string &path() const { return path_; }
+    const std::string& path() const { return path_; }
 
 private:
     struct DbCloser {
-        void operator()(sqlite3 *db) const;
+        void operator()(sqlite3* db) const;
     };
     struct StmtFinalizer {
-        void operator()(sqlite3_stmt *s) const;
+        void operator()(sqlite3_stmt* s) const;
     };
     using Db = std::unique_ptr<sqlite3, DbCloser>;
     using Statement = std::unique_ptr<sqlite3_stmt, StmtFinalizer>;
@@ -165,16 +165,16 @@ private:
         std::map<std::vector<bool>, Statement> partial; ///< by which columns are unchanged
     };
 
-    Statement prepare(const std::string &sql, const std::string &what);
-    void exec(const std::string &sql, const std::string &what);
-    [[noreturn]] void fail(int code, const std::string &what) const;
-    int step(sqlite3_stmt *stmt, const std::string &what);
+    Statement prepare(const std::string& sql, const std::string& what);
+    void exec(const std::string& sql, const std::string& what);
+    [[noreturn]] void fail(int code, const std::string& what) const;
+    int step(sqlite3_stmt* stmt, const std::string& what);
     /// As step(stmt, what), building the message "action object" only on failure (hot path).
-    int step(sqlite3_stmt *stmt, const char *action, const std::string &object);
-    TableStatements &statements_for(const schema::Table &table);
-    sqlite3_stmt *metadata_statement(Statement &slot, const char *sql);
-    void raise_tombstone(const std::string &target, const std::string &key, schema::Lsn version);
-    bool table_exists(const std::string &name);
+    int step(sqlite3_stmt* stmt, const char* action, const std::string& object);
+    TableStatements& statements_for(const schema::Table& table);
+    sqlite3_stmt* metadata_statement(Statement& slot, const char* sql);
+    void raise_tombstone(const std::string& target, const std::string& key, schema::Lsn version);
+    bool table_exists(const std::string& name);
 
     std::string path_;
     Db db_;

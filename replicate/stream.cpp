@@ -9,20 +9,20 @@ namespace pgtide::replicate {
 
 namespace {
 
-std::string source_name(const std::string &schema, const std::string &name) {
+std::string source_name(const std::string& schema, const std::string& name) {
     return schema + "." + name;
 }
 
 } // namespace
 
-Stream::Stream(ReplicationConnection &replication, io::PgConnection &catalog_conn,
-               SourceCatalog &catalog, std::vector<std::shared_ptr<const schema::Table>> tables,
-               schema::Lsn start, const schema::Lsn *durable, const bool *stop_requested,
+Stream::Stream(ReplicationConnection& replication, io::PgConnection& catalog_conn,
+               SourceCatalog& catalog, std::vector<std::shared_ptr<const schema::Table>> tables,
+               schema::Lsn start, const schema::Lsn* durable, const bool* stop_requested,
                StreamOptions options)
     : replication_(replication), catalog_conn_(catalog_conn), catalog_(catalog), start_(start),
       durable_(durable), stop_requested_(stop_requested), options_(options), received_(start),
       last_idle_(start), last_status_(std::chrono::steady_clock::now()) {
-    for (auto &t : tables) {
+    for (auto& t : tables) {
         by_name_[t->qualified()] = t;
     }
 }
@@ -32,14 +32,14 @@ io::Task<void> Stream::send_status(bool reply) {
     co_await replication_.send_status(std::max(received_, *durable_), *durable_, reply);
 }
 
-io::Task<void> Stream::run(io::Channel<ApplyWork> &out) {
+io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
     decoder_ = std::make_unique<PgOutputDecoder>(replication_.proto_version());
     while (!done_) {
         const auto deadline = std::chrono::steady_clock::now() + options_.tick;
         StreamRead got = co_await replication_.read(deadline);
-        if (auto *x = std::get_if<XLogData>(&got)) {
+        if (auto* x = std::get_if<XLogData>(&got)) {
             co_await on_message(x->payload, out);
-        } else if (auto *k = std::get_if<PrimaryKeepalive>(&got)) {
+        } else if (auto* k = std::get_if<PrimaryKeepalive>(&got)) {
             received_ = std::max(received_, k->wal_end);
             if (k->reply_requested) {
                 co_await send_status(false);
@@ -86,16 +86,16 @@ io::Task<void> Stream::on_relation(pgoutput::Relation rel) {
                                 "snapshot was taken; tables added to a publication while "
                                 "pgtide runs are not copied yet: run `pgtide run --resnapshot`");
     }
-    const schema::Table &old = *known->second;
+    const schema::Table& old = *known->second;
     auto table = std::make_shared<schema::Table>();
     table->schema = old.schema;
     table->name = old.name;
     table->target = old.target;
     bool changed = rel.columns.size() != old.columns.size();
     for (std::size_t i = 0; i < rel.columns.size(); ++i) {
-        const auto &rc = rel.columns[i];
-        const schema::TableColumn *prev = nullptr;
-        for (const auto &c : old.columns) {
+        const auto& rc = rel.columns[i];
+        const schema::TableColumn* prev = nullptr;
+        for (const auto& c : old.columns) {
             if (c.name == rc.name) {
                 prev = &c;
             }
@@ -127,7 +127,7 @@ io::Task<void> Stream::on_relation(pgoutput::Relation rel) {
         table->columns.push_back(std::move(col));
     }
     for (auto k : old.key_columns) {
-        const auto &key_name = old.columns[k].name;
+        const auto& key_name = old.columns[k].name;
         std::size_t found = table->columns.size();
         for (std::size_t i = 0; i < table->columns.size(); ++i) {
             if (table->columns[i].name == key_name) {
@@ -149,8 +149,8 @@ io::Task<void> Stream::on_relation(pgoutput::Relation rel) {
     }
 }
 
-schema::Row Stream::decode_tuple(const schema::Table &table,
-                                 const pgoutput::TupleData &tuple) const {
+schema::Row Stream::decode_tuple(const schema::Table& table,
+                                 const pgoutput::TupleData& tuple) const {
     if (tuple.columns.size() != table.columns.size()) {
         throw InternalError("pgoutput tuple of " + table.qualified() + " has " +
                             std::to_string(tuple.columns.size()) + " columns, Relation said " +
@@ -159,7 +159,7 @@ schema::Row Stream::decode_tuple(const schema::Table &table,
     schema::Row row;
     row.reserve(tuple.columns.size());
     for (std::size_t i = 0; i < tuple.columns.size(); ++i) {
-        const auto &c = tuple.columns[i];
+        const auto& c = tuple.columns[i];
         try {
             switch (c.kind) {
             case pgoutput::TupleColumn::Kind::Null:
@@ -175,7 +175,7 @@ schema::Row Stream::decode_tuple(const schema::Table &table,
                 row.push_back(schema::decode_binary(table.columns[i].type, c.data));
                 break;
             }
-        } catch (const schema::DecodeError &e) {
+        } catch (const schema::DecodeError& e) {
             throw DefiniteError(ExitCode::Other,
                                 std::string(e.what()) + " in column \"" + table.columns[i].name +
                                     "\" of " + table.qualified() + " at LSN " + version_.str());
@@ -184,7 +184,7 @@ schema::Row Stream::decode_tuple(const schema::Table &table,
     return row;
 }
 
-schema::Row Stream::key_of(const schema::Table &table, const schema::Row &row) const {
+schema::Row Stream::key_of(const schema::Table& table, const schema::Row& row) const {
     schema::Row key;
     key.reserve(table.key_columns.size());
     for (auto k : table.key_columns) {
@@ -193,7 +193,7 @@ schema::Row Stream::key_of(const schema::Table &table, const schema::Row &row) c
     return key;
 }
 
-io::Task<void> Stream::flush_batch(io::Channel<ApplyWork> &out) {
+io::Task<void> Stream::flush_batch(io::Channel<ApplyWork>& out) {
     if (!batch_.empty()) {
         ChangeBatch b{std::move(batch_)};
         batch_.clear();
@@ -201,9 +201,9 @@ io::Task<void> Stream::flush_batch(io::Channel<ApplyWork> &out) {
     }
 }
 
-io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWork> &out) {
+io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWork>& out) {
     PgOutputMessage msg = decoder_->decode(payload);
-    if (auto *b = std::get_if<pgoutput::Begin>(&msg)) {
+    if (auto* b = std::get_if<pgoutput::Begin>(&msg)) {
         if (in_transaction_) {
             throw InternalError("pgoutput Begin inside an open transaction");
         }
@@ -212,7 +212,7 @@ io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWor
         skipping_ = b->final_lsn < start_;
         co_return;
     }
-    if (auto *c = std::get_if<pgoutput::Commit>(&msg)) {
+    if (auto* c = std::get_if<pgoutput::Commit>(&msg)) {
         if (!in_transaction_) {
             throw InternalError("pgoutput Commit outside a transaction");
         }
@@ -233,7 +233,7 @@ io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWor
         }
         co_return;
     }
-    if (auto *r = std::get_if<pgoutput::Relation>(&msg)) {
+    if (auto* r = std::get_if<pgoutput::Relation>(&msg)) {
         co_await on_relation(std::move(*r));
         if (pending_schema_change_) {
             co_await flush_batch(out);
@@ -242,7 +242,7 @@ io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWor
         }
         co_return;
     }
-    if (auto *m = std::get_if<pgoutput::Message>(&msg)) {
+    if (auto* m = std::get_if<pgoutput::Message>(&msg)) {
         // pgtide's own marker for --once: everything committed before it has been sent.
         if (!m->transactional && !in_transaction_ && m->prefix == kOnceMarkerPrefix) {
             if (m->lsn > last_idle_) {
@@ -259,11 +259,11 @@ io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWor
     if (skipping_) {
         co_return;
     }
-    if (auto *ins = std::get_if<pgoutput::Insert>(&msg)) {
+    if (auto* ins = std::get_if<pgoutput::Insert>(&msg)) {
         auto table = table_for(ins->relation_oid);
         batch_.push_back(
             Change{Change::Kind::Upsert, table, decode_tuple(*table, ins->new_tuple), version_});
-    } else if (auto *up = std::get_if<pgoutput::Update>(&msg)) {
+    } else if (auto* up = std::get_if<pgoutput::Update>(&msg)) {
         auto table = table_for(up->relation_oid);
         schema::Row row = decode_tuple(*table, up->new_tuple);
         if (up->old_tuple) {
@@ -274,11 +274,11 @@ io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWor
             }
         }
         batch_.push_back(Change{Change::Kind::Upsert, table, std::move(row), version_});
-    } else if (auto *del = std::get_if<pgoutput::Delete>(&msg)) {
+    } else if (auto* del = std::get_if<pgoutput::Delete>(&msg)) {
         auto table = table_for(del->relation_oid);
         batch_.push_back(Change{Change::Kind::Delete, table,
                                 key_of(*table, decode_tuple(*table, del->old_tuple)), version_});
-    } else if (auto *tr = std::get_if<pgoutput::Truncate>(&msg)) {
+    } else if (auto* tr = std::get_if<pgoutput::Truncate>(&msg)) {
         for (auto oid : tr->relation_oids) {
             batch_.push_back(Change{Change::Kind::Truncate, table_for(oid), {}, version_});
         }

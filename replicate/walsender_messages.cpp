@@ -53,7 +53,7 @@ std::int64_t load_i64(std::string_view data, std::size_t at) {
     return static_cast<std::int64_t>(load_u64(data, at));
 }
 
-void store_u64(std::string &out, std::uint64_t value) {
+void store_u64(std::string& out, std::uint64_t value) {
     for (int shift = 56; shift >= 0; shift -= 8) {
         out.push_back(static_cast<char>((value >> shift) & 0xff));
     }

@@ -1,11 +1,12 @@
 // Lsn: a WAL position, printed and parsed as PostgreSQL does (16/B374D848).
 #pragma once
 
-#include <compare>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+
+#include <compare>
 
 namespace pgtide::schema {
 

@@ -19,11 +19,11 @@ struct TypeRef {
 };
 
 struct TableColumn {
-    std::string name;        ///< source column name (also the destination column name)
-    TypeRef type;            ///< resolved type
+    std::string name; ///< source column name (also the destination column name)
+    TypeRef type;     ///< resolved type
     std::int32_t typmod = -1;
     StorageClass storage = StorageClass::Text; ///< declared SQLite type
-    bool key = false;        ///< part of the ordering/identity key
+    bool key = false;                          ///< part of the ordering/identity key
     friend bool operator==(const TableColumn&, const TableColumn&) = default;
 };
 

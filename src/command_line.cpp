@@ -21,7 +21,7 @@ constexpr CommandName kCommands[] = {
 };
 
 std::string_view command_name(Command command) {
-    for (const CommandName &c : kCommands) {
+    for (const CommandName& c : kCommands) {
         if (c.command == command) {
             return c.name;
         }
@@ -105,11 +105,11 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 
 // " (did you mean X?)" for the closest candidate within two edits, else "".
 template <class Range, class Name>
-std::string suggestion(std::string_view typed, const Range &candidates, Name name_of,
+std::string suggestion(std::string_view typed, const Range& candidates, Name name_of,
                        std::string_view prefix) {
     std::size_t best = 3;
     std::string_view best_name;
-    for (const auto &candidate : candidates) {
+    for (const auto& candidate : candidates) {
         const std::string_view name = name_of(candidate);
         const std::size_t distance = edit_distance(typed, name);
         if (distance < best) {
@@ -123,9 +123,9 @@ std::string suggestion(std::string_view typed, const Range &candidates, Name nam
     return " (did you mean " + std::string(prefix) + std::string(best_name) + "?)";
 }
 
-std::string commands_taking(const FlagSpec &spec) {
+std::string commands_taking(const FlagSpec& spec) {
     std::string out;
-    for (const CommandName &c : kCommands) {
+    for (const CommandName& c : kCommands) {
         if ((spec.commands & bit(c.command)) != 0) {
             out += out.empty() ? "" : ", ";
             out += c.name;
@@ -143,7 +143,7 @@ std::string one_of(std::span<const std::string_view> words) {
     return out;
 }
 
-void check_word(const FlagSpec &spec, const std::string &value,
+void check_word(const FlagSpec& spec, const std::string& value,
                 std::span<const std::string_view> words) {
     if (std::find(words.begin(), words.end(), value) == words.end()) {
         throw UsageError("--" + std::string(spec.long_name) + " must be one of " + one_of(words) +
@@ -152,7 +152,7 @@ void check_word(const FlagSpec &spec, const std::string &value,
 }
 
 // Records one flag; `value` is empty for flags without one.
-void apply(CommandLine &cl, const FlagSpec &spec, std::string value) {
+void apply(CommandLine& cl, const FlagSpec& spec, std::string value) {
     if (!spec.value_name.empty() && value.empty()) {
         throw UsageError("--" + std::string(spec.long_name) + " needs a non-empty " +
                          std::string(spec.value_name));
@@ -202,8 +202,8 @@ void apply(CommandLine &cl, const FlagSpec &spec, std::string value) {
     }
 }
 
-const FlagSpec *find_long(std::string_view name) {
-    for (const FlagSpec &spec : kFlags) {
+const FlagSpec* find_long(std::string_view name) {
+    for (const FlagSpec& spec : kFlags) {
         if (spec.long_name == name) {
             return &spec;
         }
@@ -211,8 +211,8 @@ const FlagSpec *find_long(std::string_view name) {
     return nullptr;
 }
 
-const FlagSpec *find_short(char name) {
-    for (const FlagSpec &spec : kFlags) {
+const FlagSpec* find_short(char name) {
+    for (const FlagSpec& spec : kFlags) {
         if (spec.short_name != 0 && spec.short_name == name) {
             return &spec;
         }
@@ -222,10 +222,10 @@ const FlagSpec *find_short(char name) {
 
 } // namespace
 
-CommandLine parse_command_line(int argc, const char *const *argv) {
+CommandLine parse_command_line(int argc, const char* const* argv) {
     CommandLine cl;
     std::optional<Command> command;
-    std::vector<const FlagSpec *> seen;
+    std::vector<const FlagSpec*> seen;
     bool options_done = false;
     for (int i = 1; i < argc; ++i) {
         const std::string_view arg = argv[i];
@@ -237,12 +237,12 @@ CommandLine parse_command_line(int argc, const char *const *argv) {
         if (!options_done && arg.starts_with("--")) {
             const std::size_t equals = arg.find('=');
             const std::string_view name = arg.substr(2, equals == arg.npos ? arg.npos : equals - 2);
-            const FlagSpec *spec = find_long(name);
+            const FlagSpec* spec = find_long(name);
             if (spec == nullptr) {
                 throw UsageError(
                     "unknown option --" + std::string(name) +
                     suggestion(
-                        name, kFlags, [](const FlagSpec &s) { return s.long_name; }, "--") +
+                        name, kFlags, [](const FlagSpec& s) { return s.long_name; }, "--") +
                     "; see pgtide help");
             }
             std::string value;
@@ -263,7 +263,7 @@ CommandLine parse_command_line(int argc, const char *const *argv) {
             continue;
         }
         if (!options_done && arg.size() > 1 && arg[0] == '-') {
-            const FlagSpec *spec = find_short(arg[1]);
+            const FlagSpec* spec = find_short(arg[1]);
             if (spec == nullptr) {
                 throw UsageError("unknown option " + std::string(arg.substr(0, 2)) +
                                  "; see pgtide help");
@@ -288,12 +288,12 @@ CommandLine parse_command_line(int argc, const char *const *argv) {
         }
         if (!command) {
             const auto found = std::find_if(std::begin(kCommands), std::end(kCommands),
-                                            [&](const CommandName &c) { return c.name == arg; });
+                                            [&](const CommandName& c) { return c.name == arg; });
             if (found == std::end(kCommands)) {
                 throw UsageError(
                     "unknown command \"" + std::string(arg) + "\"" +
                     suggestion(
-                        arg, kCommands, [](const CommandName &c) { return c.name; }, "") +
+                        arg, kCommands, [](const CommandName& c) { return c.name; }, "") +
                     "; commands: run, check, status, drop, resync, bench, help, version");
             }
             command = found->command;
@@ -319,7 +319,7 @@ CommandLine parse_command_line(int argc, const char *const *argv) {
 
     const auto seen_flag = [&](Flag flag) {
         return std::any_of(seen.begin(), seen.end(),
-                           [&](const FlagSpec *spec) { return spec->flag == flag; });
+                           [&](const FlagSpec* spec) { return spec->flag == flag; });
     };
     if (seen_flag(Flag::Help)) {
         cl.command = Command::Help;
@@ -334,7 +334,7 @@ CommandLine parse_command_line(int argc, const char *const *argv) {
                          "see pgtide help");
     }
     cl.command = *command;
-    for (const FlagSpec *spec : seen) {
+    for (const FlagSpec* spec : seen) {
         if ((spec->commands & bit(cl.command)) == 0) {
             throw UsageError("--" + std::string(spec->long_name) + " is not an option of pgtide " +
                              std::string(command_name(cl.command)) +
@@ -393,7 +393,7 @@ Exit codes: 0 ok, 1 other error, 2 usage or configuration, 3 source not ready,
 )";
 }
 
-Config build_config(const CommandLine &cl) {
+Config build_config(const CommandLine& cl) {
     Config config = cl.config_path ? load_config_file(*cl.config_path) : Config{};
     if (cl.source_dsn) {
         config.source.dsn = *cl.source_dsn;
@@ -417,7 +417,7 @@ Config build_config(const CommandLine &cl) {
             {"info", LogConfig::Level::Info},
             {"warn", LogConfig::Level::Warn},
             {"error", LogConfig::Level::Error}};
-        for (const auto &[name, level] : kLevels) {
+        for (const auto& [name, level] : kLevels) {
             if (name == *cl.log_level) {
                 config.log.level = level;
             }

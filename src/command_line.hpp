@@ -34,7 +34,7 @@ struct CommandLine {
 /// A command line that cannot be run. Exit code 2. The message is one line with a short hint.
 class UsageError : public replicate::DefiniteError {
 public:
-    explicit UsageError(const std::string &message)
+    explicit UsageError(const std::string& message)
         : replicate::DefiniteError(replicate::ExitCode::Usage, message) {}
 };
 
@@ -44,13 +44,13 @@ public:
 /// which accumulates. `drop` requires --yes; `resync` at least one TABLE. Throws UsageError for an
 /// unknown command or flag, a missing or unexpected value, a flag that the command does not take,
 /// or a bad --log-format/--log-level word.
-CommandLine parse_command_line(int argc, const char *const *argv);
+CommandLine parse_command_line(int argc, const char* const* argv);
 
 /// The help text: commands, flags and exit codes.
 std::string usage_text();
 
 /// The configuration for the command: the -c file when given (else the defaults), overridden by the
 /// flags (--publication replaces the file's list), then validate()d. Throws ConfigError.
-Config build_config(const CommandLine &command_line);
+Config build_config(const CommandLine& command_line);
 
 } // namespace pgtide::app

@@ -82,7 +82,7 @@ std::string join(Names names) {
 
 template <class E> std::string join_quoted(std::span<const Word<E>> words) {
     std::string out;
-    for (const auto &word : words) {
+    for (const auto& word : words) {
         if (!out.empty()) {
             out += ", ";
         }
@@ -91,7 +91,7 @@ template <class E> std::string join_quoted(std::span<const Word<E>> words) {
     return out;
 }
 
-std::string_view type_name(const toml::node &node) {
+std::string_view type_name(const toml::node& node) {
     switch (node.type()) {
     case toml::node_type::string:
         return "string";
@@ -128,7 +128,7 @@ bool is_env_name(std::string_view name) {
 }
 
 // Replaces ${NAME} by the environment variable NAME and $$ by $. `key` and `at` are for messages.
-std::string interpolate(std::string_view raw, const std::string &key, const std::string &at) {
+std::string interpolate(std::string_view raw, const std::string& key, const std::string& at) {
     std::string out;
     out.reserve(raw.size());
     for (std::size_t i = 0; i < raw.size(); ++i) {
@@ -146,7 +146,7 @@ std::string interpolate(std::string_view raw, const std::string &key, const std:
             if (close != std::string_view::npos) {
                 const std::string name(raw.substr(i + 2, close - i - 2));
                 if (is_env_name(name)) {
-                    const char *value = std::getenv(name.c_str());
+                    const char* value = std::getenv(name.c_str());
                     if (value == nullptr) {
                         throw ConfigError(key + " refers to the environment variable " + name +
                                           ", which is not set," + at);
@@ -176,7 +176,7 @@ std::optional<std::string> slot_problem(std::string_view slot) {
     return "must be 1 to 63 characters of a-z, 0-9 and _ (found " + quote(slot) + ")";
 }
 
-std::optional<std::string> url_problem(const DestinationConfig &destination) {
+std::optional<std::string> url_problem(const DestinationConfig& destination) {
     if (destination.url.empty()) {
         return "must not be empty";
     }
@@ -209,13 +209,13 @@ std::optional<std::string> listen_problem(std::string_view listen) {
 // One TOML table of the file, with the path that names its keys in messages.
 class Section {
 public:
-    Section(const std::string &origin, const toml::table &table, std::string path,
+    Section(const std::string& origin, const toml::table& table, std::string path,
             std::string header)
         : origin_(origin), table_(table), path_(std::move(path)), header_(std::move(header)) {}
 
     // Throws for the first key (in file order) that is not in `allowed`.
     void allow(Names allowed) const {
-        for (const auto &[key, node] : table_) {
+        for (const auto& [key, node] : table_) {
             const std::string_view name = key.str();
             if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
                 throw ConfigError("unknown key " + quote(key_name(name)) +
@@ -229,34 +229,34 @@ public:
         return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
     }
 
-    std::string at(const toml::source_region &region) const {
+    std::string at(const toml::source_region& region) const {
         if (region.begin.line == 0) {
             return " in " + origin_;
         }
         return " at " + origin_ + ":" + std::to_string(region.begin.line);
     }
 
-    [[noreturn]] void fail(std::string_view key, const toml::node &node,
-                           const std::string &problem) const {
+    [[noreturn]] void fail(std::string_view key, const toml::node& node,
+                           const std::string& problem) const {
         throw ConfigError(key_name(key) + " " + problem + at(node.source()));
     }
 
-    [[noreturn]] void wrong_type(std::string_view key, const toml::node &node,
+    [[noreturn]] void wrong_type(std::string_view key, const toml::node& node,
                                  std::string_view expected) const {
         fail(key, node,
              "must be " + std::string(expected) + " (found " + std::string(type_name(node)) + ")");
     }
 
-    const toml::node *find(std::string_view key) const { return table_.get(key); }
+    const toml::node* find(std::string_view key) const { return table_.get(key); }
 
     // A table that is an element of this section's array `path`, e.g. the tables[1] of [[tables]].
-    Section element(const toml::table &table, std::string path, std::string header) const {
+    Section element(const toml::table& table, std::string path, std::string header) const {
         return Section(origin_, table, std::move(path), std::move(header));
     }
 
     // The sub-table at `key` (e.g. [source] of the top level), or nullopt when absent.
     std::optional<Section> section(std::string_view key, std::string header) const {
-        const toml::node *node = find(key);
+        const toml::node* node = find(key);
         if (node == nullptr) {
             return std::nullopt;
         }
@@ -266,7 +266,7 @@ public:
         return Section(origin_, *node->as_table(), key_name(key), std::move(header));
     }
 
-    std::string string_of(std::string_view key, const toml::node &node) const {
+    std::string string_of(std::string_view key, const toml::node& node) const {
         if (!node.is_string()) {
             wrong_type(key, node, "a string");
         }
@@ -274,7 +274,7 @@ public:
     }
 
     std::optional<std::string> string(std::string_view key) const {
-        const toml::node *node = find(key);
+        const toml::node* node = find(key);
         if (node == nullptr) {
             return std::nullopt;
         }
@@ -282,7 +282,7 @@ public:
     }
 
     std::optional<bool> boolean(std::string_view key) const {
-        const toml::node *node = find(key);
+        const toml::node* node = find(key);
         if (node == nullptr) {
             return std::nullopt;
         }
@@ -293,7 +293,7 @@ public:
     }
 
     std::optional<std::int64_t> positive_integer(std::string_view key, std::int64_t max) const {
-        const toml::node *node = find(key);
+        const toml::node* node = find(key);
         if (node == nullptr) {
             return std::nullopt;
         }
@@ -318,7 +318,7 @@ public:
     }
 
     std::optional<std::uint64_t> size(std::string_view key) const {
-        const toml::node *node = find(key);
+        const toml::node* node = find(key);
         if (node == nullptr) {
             return std::nullopt;
         }
@@ -336,7 +336,7 @@ public:
         std::uint64_t value = 0;
         try {
             value = parse_size(text);
-        } catch (const std::invalid_argument &) {
+        } catch (const std::invalid_argument&) {
             fail(key, *node,
                  "must be " + std::string(kSizeExamples) + " (found " + quote(text) + ")");
         }
@@ -347,7 +347,7 @@ public:
     }
 
     std::optional<std::chrono::milliseconds> duration(std::string_view key) const {
-        const toml::node *node = find(key);
+        const toml::node* node = find(key);
         if (node == nullptr) {
             return std::nullopt;
         }
@@ -358,7 +358,7 @@ public:
         std::chrono::milliseconds value{};
         try {
             value = parse_duration(text);
-        } catch (const std::invalid_argument &) {
+        } catch (const std::invalid_argument&) {
             fail(key, *node,
                  "must be " + std::string(kDurationExamples) + " (found " + quote(text) + ")");
         }
@@ -371,14 +371,14 @@ public:
     // An array of strings; `non_empty`: at least one element.
     std::optional<std::vector<std::string>> string_list(std::string_view key,
                                                         bool non_empty) const {
-        const toml::node *node = find(key);
+        const toml::node* node = find(key);
         if (node == nullptr) {
             return std::nullopt;
         }
         if (!node->is_array()) {
             wrong_type(key, *node, "an array of strings");
         }
-        const toml::array &array = *node->as_array();
+        const toml::array& array = *node->as_array();
         if (non_empty && array.empty()) {
             fail(key, *node, "must name at least one");
         }
@@ -400,7 +400,7 @@ public:
         if (!text) {
             return std::nullopt;
         }
-        for (const auto &[name, value] : words) {
+        for (const auto& [name, value] : words) {
             if (name == *text) {
                 return value;
             }
@@ -411,19 +411,19 @@ public:
     }
 
 private:
-    const std::string &origin_;
-    const toml::table &table_;
+    const std::string& origin_;
+    const toml::table& table_;
     std::string path_;
     std::string header_;
 };
 
-template <class T> void assign(T &target, std::optional<T> value) {
+template <class T> void assign(T& target, std::optional<T> value) {
     if (value) {
         target = std::move(*value);
     }
 }
 
-void read_source(const Section &s, SourceConfig &source) {
+void read_source(const Section& s, SourceConfig& source) {
     s.allow(kSourceKeys);
     assign(source.dsn, s.string("dsn"));
     assign(source.publications, s.string_list("publications", /*non_empty=*/false));
@@ -440,7 +440,7 @@ void read_source(const Section &s, SourceConfig &source) {
     }
 }
 
-void read_destination(const Section &s, DestinationConfig &destination) {
+void read_destination(const Section& s, DestinationConfig& destination) {
     s.allow(kDestinationKeys);
     if (auto url = s.string("url")) {
         destination.url = std::move(*url);
@@ -451,7 +451,7 @@ void read_destination(const Section &s, DestinationConfig &destination) {
     assign(destination.deletes, s.word("deletes", kDeletesWords));
 }
 
-void read_snapshot(const Section &s, SnapshotConfig &snapshot) {
+void read_snapshot(const Section& s, SnapshotConfig& snapshot) {
     constexpr auto kMax = std::numeric_limits<std::int64_t>::max();
     s.allow(kSnapshotKeys);
     assign(snapshot.parallel_tables, s.positive_int("parallel_tables"));
@@ -462,14 +462,14 @@ void read_snapshot(const Section &s, SnapshotConfig &snapshot) {
     assign(snapshot.max_attempts, s.positive_int("max_attempts"));
 }
 
-void read_stream(const Section &s, StreamConfig &stream) {
+void read_stream(const Section& s, StreamConfig& stream) {
     s.allow(kStreamKeys);
     assign(stream.heartbeat_interval, s.duration("heartbeat_interval"));
     assign(stream.status_interval, s.duration("status_interval"));
     assign(stream.large_transactions, s.word("large_transactions", kLargeTransactionsWords));
 }
 
-void read_apply(const Section &s, ApplyConfig &apply) {
+void read_apply(const Section& s, ApplyConfig& apply) {
     s.allow(kApplyKeys);
     assign(apply.flush_interval, s.duration("flush_interval"));
     assign(apply.batch_rows,
@@ -477,7 +477,7 @@ void read_apply(const Section &s, ApplyConfig &apply) {
     assign(apply.batch_bytes, s.size("batch_bytes"));
 }
 
-void read_metrics(const Section &s, MetricsConfig &metrics) {
+void read_metrics(const Section& s, MetricsConfig& metrics) {
     s.allow(kMetricsKeys);
     if (auto listen = s.string("listen")) {
         if (auto problem = listen_problem(*listen)) {
@@ -487,21 +487,21 @@ void read_metrics(const Section &s, MetricsConfig &metrics) {
     }
 }
 
-void read_log(const Section &s, LogConfig &log) {
+void read_log(const Section& s, LogConfig& log) {
     s.allow(kLogKeys);
     assign(log.format, s.word("format", kLogFormatWords));
     assign(log.level, s.word("level", kLogLevelWords));
 }
 
-void read_tables(const Section &root, std::vector<TableConfig> &tables) {
-    const toml::node *node = root.find("tables");
+void read_tables(const Section& root, std::vector<TableConfig>& tables) {
+    const toml::node* node = root.find("tables");
     if (node == nullptr) {
         return;
     }
     if (!node->is_array()) {
         root.wrong_type("tables", *node, "an array of tables ([[tables]])");
     }
-    const toml::array &array = *node->as_array();
+    const toml::array& array = *node->as_array();
     for (std::size_t i = 0; i < array.size(); ++i) {
         const std::string path = "tables[" + std::to_string(i) + "]";
         if (!array[i].is_table()) {
@@ -519,7 +519,7 @@ void read_tables(const Section &root, std::vector<TableConfig> &tables) {
             s.fail("name", *s.find("name"), "must not be empty");
         }
         table.name = qualify_table_name(*name);
-        for (const TableConfig &earlier : tables) {
+        for (const TableConfig& earlier : tables) {
             if (earlier.name == table.name) {
                 s.fail("name", *s.find("name"),
                        "repeats " + table.name + " of an earlier [[tables]]");
@@ -534,7 +534,7 @@ void read_tables(const Section &root, std::vector<TableConfig> &tables) {
         table.columns = s.string_list("columns", /*non_empty=*/true);
         table.key = s.string_list("key", /*non_empty=*/true);
         if (table.columns && table.key) {
-            for (const std::string &column : *table.key) {
+            for (const std::string& column : *table.key) {
                 if (std::find(table.columns->begin(), table.columns->end(), column) ==
                     table.columns->end()) {
                     s.fail("key", *s.find("key"),
@@ -590,7 +590,7 @@ bool DestinationConfig::is_postgresql() const {
     return url.starts_with("postgresql://") || url.starts_with("postgres://");
 }
 
-Config load_config_file(const std::string &path) {
+Config load_config_file(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) {
         throw ConfigError("cannot read the config file " + path + ": " +
@@ -604,11 +604,11 @@ Config load_config_file(const std::string &path) {
     return parse_config(text.str(), path);
 }
 
-Config parse_config(std::string_view toml_text, const std::string &origin_name) {
+Config parse_config(std::string_view toml_text, const std::string& origin_name) {
     toml::table root_table;
     try {
         root_table = toml::parse(toml_text, origin_name);
-    } catch (const toml::parse_error &e) {
+    } catch (const toml::parse_error& e) {
         const toml::source_position begin = e.source().begin;
         throw ConfigError("invalid TOML at " + origin_name + ":" + std::to_string(begin.line) +
                           ":" + std::to_string(begin.column) + ": " + std::string(e.description()));
@@ -641,8 +641,8 @@ Config parse_config(std::string_view toml_text, const std::string &origin_name) 
     return config;
 }
 
-void validate(const Config &config) {
-    const SourceConfig &source = config.source;
+void validate(const Config& config) {
+    const SourceConfig& source = config.source;
     if (source.dsn.empty()) {
         throw ConfigError("no source: set dsn in [source] or pass --source DSN");
     }
@@ -650,7 +650,7 @@ void validate(const Config &config) {
         throw ConfigError(
             "no publication: set publications in [source] or pass --publication NAME");
     }
-    for (const std::string &publication : source.publications) {
+    for (const std::string& publication : source.publications) {
         if (publication.empty()) {
             throw ConfigError("source.publications must not contain an empty name");
         }
@@ -669,7 +669,7 @@ void validate(const Config &config) {
         throw ConfigError("destination.url " + *problem);
     }
 
-    const SnapshotConfig &snapshot = config.snapshot;
+    const SnapshotConfig& snapshot = config.snapshot;
     check_positive("snapshot.parallel_tables", snapshot.parallel_tables);
     check_positive("snapshot.page_rows", snapshot.page_rows);
     check_positive("snapshot.batch_rows", snapshot.batch_rows);
@@ -694,7 +694,7 @@ void validate(const Config &config) {
     }
 
     std::set<std::string> names;
-    for (const TableConfig &table : config.tables) {
+    for (const TableConfig& table : config.tables) {
         if (table.name.empty()) {
             throw ConfigError("tables: a table has an empty name");
         }
@@ -712,7 +712,7 @@ void validate(const Config &config) {
                               " must name at least one column");
         }
         if (table.columns && table.key) {
-            for (const std::string &column : *table.key) {
+            for (const std::string& column : *table.key) {
                 if (std::find(table.columns->begin(), table.columns->end(), column) ==
                     table.columns->end()) {
                     throw ConfigError("tables: the key of " + table.name + " names " +
@@ -756,7 +756,7 @@ std::uint64_t parse_size(std::string_view text) {
         {"GB", 1000 * 1000 * 1000},
         {"TB", std::uint64_t{1000} * 1000 * 1000 * 1000},
     };
-    for (const auto &[name, factor] : kUnits) {
+    for (const auto& [name, factor] : kUnits) {
         if (name == unit) {
             if (number > std::numeric_limits<std::uint64_t>::max() / factor) {
                 invalid("a size (too large)", text);
@@ -830,10 +830,10 @@ struct Span {
     std::size_t end;
 };
 
-std::string mask(std::string_view text, const std::vector<Span> &spans) {
+std::string mask(std::string_view text, const std::vector<Span>& spans) {
     std::string out;
     std::size_t copied = 0;
-    for (const Span &span : spans) {
+    for (const Span& span : spans) {
         out.append(text.substr(copied, span.begin - copied));
         out += "***";
         copied = span.end;

@@ -27,7 +27,7 @@ struct SourceConfig {
     /// How long to keep reconnecting after a transient error; unset = unlimited.
     std::optional<std::chrono::milliseconds> reconnect_deadline;
 
-    bool operator==(const SourceConfig &) const = default;
+    bool operator==(const SourceConfig&) const = default;
 };
 
 struct DestinationConfig {
@@ -41,7 +41,7 @@ struct DestinationConfig {
     /// "postgresql://..." or "postgres://...".
     bool is_postgresql() const;
 
-    bool operator==(const DestinationConfig &) const = default;
+    bool operator==(const DestinationConfig&) const = default;
 };
 
 struct SnapshotConfig {
@@ -52,7 +52,7 @@ struct SnapshotConfig {
     std::uint64_t max_row_bytes = 64 * kMiB;
     int max_attempts = 3;
 
-    bool operator==(const SnapshotConfig &) const = default;
+    bool operator==(const SnapshotConfig&) const = default;
 };
 
 struct StreamConfig {
@@ -60,7 +60,7 @@ struct StreamConfig {
     std::chrono::milliseconds status_interval{10000};
     enum class LargeTransactions { Stream, Off } large_transactions = LargeTransactions::Stream;
 
-    bool operator==(const StreamConfig &) const = default;
+    bool operator==(const StreamConfig&) const = default;
 };
 
 struct ApplyConfig {
@@ -68,21 +68,21 @@ struct ApplyConfig {
     std::int64_t batch_rows = 10000;
     std::uint64_t batch_bytes = 16 * kMiB;
 
-    bool operator==(const ApplyConfig &) const = default;
+    bool operator==(const ApplyConfig&) const = default;
 };
 
 struct MetricsConfig {
     /// "HOST:PORT" to serve Prometheus text at /metrics; off when unset.
     std::optional<std::string> listen;
 
-    bool operator==(const MetricsConfig &) const = default;
+    bool operator==(const MetricsConfig&) const = default;
 };
 
 struct LogConfig {
     enum class Format { Text, Json } format = Format::Text;
     enum class Level { Debug, Info, Warn, Error } level = Level::Info;
 
-    bool operator==(const LogConfig &) const = default;
+    bool operator==(const LogConfig&) const = default;
 };
 
 struct TableConfig {
@@ -92,7 +92,7 @@ struct TableConfig {
     std::optional<std::vector<std::string>> columns = std::nullopt;
     std::optional<std::vector<std::string>> key = std::nullopt;
 
-    bool operator==(const TableConfig &) const = default;
+    bool operator==(const TableConfig&) const = default;
 };
 
 struct Config {
@@ -105,29 +105,29 @@ struct Config {
     LogConfig log;
     std::vector<TableConfig> tables;
 
-    bool operator==(const Config &) const = default;
+    bool operator==(const Config&) const = default;
 };
 
 /// A configuration that cannot be used. Exit code 2 (usage/config). The message names the file,
 /// line and key and says what is allowed; it never contains a password.
 class ConfigError : public replicate::DefiniteError {
 public:
-    explicit ConfigError(const std::string &message)
+    explicit ConfigError(const std::string& message)
         : replicate::DefiniteError(replicate::ExitCode::Usage, message) {}
 };
 
 /// Reads and parses the file at `path` (messages name it as given). Does not validate().
 /// Throws ConfigError, also when the file cannot be read.
-Config load_config_file(const std::string &path);
+Config load_config_file(const std::string& path);
 
 /// Parses TOML text; `origin_name` stands for the file in messages. Does not validate().
 /// Throws ConfigError.
-Config parse_config(std::string_view toml_text, const std::string &origin_name);
+Config parse_config(std::string_view toml_text, const std::string& origin_name);
 
 /// The checks that need the whole configuration, after command-line flags are merged: source DSN,
 /// publications and destination URL present, URL scheme, slot name, positive numbers, tables.
 /// Throws ConfigError.
-void validate(const Config &config);
+void validate(const Config& config);
 
 /// "4MiB", "512KiB", "1GiB", "100B", "4MB" (= 4,000,000), or a plain integer of bytes. Units:
 /// B, KiB, MiB, GiB, TiB, kB/KB, MB, GB, TB; one optional space between number and unit.

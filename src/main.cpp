@@ -128,10 +128,10 @@ int main(int argc, char** argv) {
             return 0;
         }
         const app::Config config = app::build_config(cl);
-        io::set_log_options(
-            io::LogLevel(int(config.log.level)),
-            config.log.format == app::LogConfig::Format::Json ? io::LogFormat::Json
-                                                              : io::LogFormat::Text);
+        io::set_log_options(io::LogLevel(int(config.log.level)),
+                            config.log.format == app::LogConfig::Format::Json
+                                ? io::LogFormat::Json
+                                : io::LogFormat::Text);
         switch (cl.command) {
         case app::Command::Run:
             if (!config.destination.is_sqlite()) {
@@ -144,7 +144,8 @@ int main(int argc, char** argv) {
             return int(ExitCode::Usage);
         }
     } catch (const app::UsageError& e) {
-        std::cerr << "pgtide: " << e.what() << "\n" << "try `pgtide --help`\n";
+        std::cerr << "pgtide: " << e.what() << "\n"
+                  << "try `pgtide --help`\n";
         return int(ExitCode::Usage);
     } catch (const app::ConfigError& e) {
         io::log_error(e.what());

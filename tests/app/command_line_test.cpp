@@ -16,26 +16,26 @@ namespace {
 
 using namespace std::chrono_literals;
 
-CommandLine parse(std::initializer_list<const char *> args) {
-    std::vector<const char *> argv = {"pgtide"};
+CommandLine parse(std::initializer_list<const char*> args) {
+    std::vector<const char*> argv = {"pgtide"};
     argv.insert(argv.end(), args.begin(), args.end());
     return parse_command_line(static_cast<int>(argv.size()), argv.data());
 }
 
-std::string usage_error(std::initializer_list<const char *> args) {
+std::string usage_error(std::initializer_list<const char*> args) {
     try {
         parse(args);
-    } catch (const UsageError &e) {
+    } catch (const UsageError& e) {
         EXPECT_EQ(e.code(), replicate::ExitCode::Usage);
         return e.what();
     }
     return "(no error)";
 }
 
-std::string config_error(const CommandLine &cl) {
+std::string config_error(const CommandLine& cl) {
     try {
         build_config(cl);
-    } catch (const ConfigError &e) {
+    } catch (const ConfigError& e) {
         return e.what();
     }
     return "(no error)";
@@ -44,14 +44,14 @@ std::string config_error(const CommandLine &cl) {
 // A config file in the test's temporary directory, removed with the object.
 class TempFile {
 public:
-    TempFile(const std::string &name, const std::string &text)
+    TempFile(const std::string& name, const std::string& text)
         : path_(::testing::TempDir() + name) {
         std::ofstream(path_) << text;
     }
     ~TempFile() { std::remove(path_.c_str()); }
-    TempFile(const TempFile &) = delete;
-    TempFile &operator=(const TempFile &) = delete;
-    const std::string &path() const { return path_; }
+    TempFile(const TempFile&) = delete;
+    TempFile& operator=(const TempFile&) = delete;
+    const std::string& path() const { return path_; }
 
 private:
     std::string path_;
@@ -91,7 +91,7 @@ TEST(CommandLine, BothValueForms) {
                "a.toml", "--log-format", "json", "--log-level", "debug"});
     const CommandLine joined = parse({"run", "--source=host=db", "--slot=s1", "--to=sqlite:r.db",
                                       "--config=a.toml", "--log-format=json", "--log-level=debug"});
-    for (const CommandLine *cl : {&separate, &joined}) {
+    for (const CommandLine* cl : {&separate, &joined}) {
         EXPECT_EQ(cl->source_dsn, "host=db");
         EXPECT_EQ(cl->slot, "s1");
         EXPECT_EQ(cl->to, "sqlite:r.db");
@@ -215,7 +215,7 @@ TEST(CommandLineError, Arguments) {
 
 TEST(CommandLine, UsageTextNamesEveryCommandAndFlag) {
     const std::string text = usage_text();
-    for (const char *word : {"run ",
+    for (const char* word : {"run ",
                              "check ",
                              "status ",
                              "drop ",

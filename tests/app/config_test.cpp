@@ -16,19 +16,19 @@ namespace {
 using namespace std::chrono_literals;
 
 // The message of the ConfigError that parsing `text` as "pgtide.toml" throws.
-std::string parse_error(const std::string &text) {
+std::string parse_error(const std::string& text) {
     try {
         parse_config(text, "pgtide.toml");
-    } catch (const ConfigError &e) {
+    } catch (const ConfigError& e) {
         return e.what();
     }
     return "(no error)";
 }
 
-std::string validate_error(const Config &config) {
+std::string validate_error(const Config& config) {
     try {
         validate(config);
-    } catch (const ConfigError &e) {
+    } catch (const ConfigError& e) {
         return e.what();
     }
     return "(no error)";
@@ -45,13 +45,13 @@ Config minimal() {
 // Sets an environment variable for the life of the object.
 class ScopedEnv {
 public:
-    ScopedEnv(const char *name, const char *value) : name_(name) { ::setenv(name, value, 1); }
+    ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
     ~ScopedEnv() { ::unsetenv(name_); }
-    ScopedEnv(const ScopedEnv &) = delete;
-    ScopedEnv &operator=(const ScopedEnv &) = delete;
+    ScopedEnv(const ScopedEnv&) = delete;
+    ScopedEnv& operator=(const ScopedEnv&) = delete;
 
 private:
-    const char *name_;
+    const char* name_;
 };
 
 TEST(Config, Defaults) {
@@ -345,7 +345,7 @@ TEST(ConfigError, MissingFileIsNamed) {
     try {
         load_config_file("/nonexistent/pgtide.toml");
         FAIL() << "no error";
-    } catch (const ConfigError &e) {
+    } catch (const ConfigError& e) {
         EXPECT_STREQ(e.what(),
                      "cannot read the config file /nonexistent/pgtide.toml: No such file or "
                      "directory");
@@ -359,7 +359,7 @@ TEST(ConfigError, LoadedFileIsNamedInMessages) {
     try {
         load_config_file(path);
         FAIL() << "no error";
-    } catch (const ConfigError &e) {
+    } catch (const ConfigError& e) {
         EXPECT_EQ(std::string(e.what()),
                   "source.slot must be a string (found integer) at " + path + ":2");
     }
@@ -497,7 +497,7 @@ TEST(DestinationConfig, UrlHelpers) {
 // Sizes and durations
 
 TEST(ParseSize, Table) {
-    const std::pair<const char *, std::uint64_t> cases[] = {
+    const std::pair<const char*, std::uint64_t> cases[] = {
         {"0", 0},
         {"100", 100},
         {"100B", 100},
@@ -514,13 +514,13 @@ TEST(ParseSize, Table) {
         {"18446744073709551615", 18446744073709551615ull},
         {"17179869183GiB", 17179869183ull << 30},
     };
-    for (const auto &[text, bytes] : cases) {
+    for (const auto& [text, bytes] : cases) {
         EXPECT_EQ(parse_size(text), bytes) << text;
     }
 }
 
 TEST(ParseSize, RejectsJunk) {
-    for (const char *text :
+    for (const char* text :
          {"", "MiB", "-1", "+1", "1.5MiB", "4mib", "4 mb", "4  MiB", "4MiB ", " 4MiB", "4 ", "4Mi",
           "4MiBs", "0x10", "18446744073709551616", "16777216TiB", "1e3"}) {
         EXPECT_THROW(parse_size(text), std::invalid_argument) << '"' << text << '"';
@@ -528,17 +528,17 @@ TEST(ParseSize, RejectsJunk) {
 }
 
 TEST(ParseDuration, Table) {
-    const std::pair<const char *, std::chrono::milliseconds> cases[] = {
+    const std::pair<const char*, std::chrono::milliseconds> cases[] = {
         {"0ms", 0ms},   {"100ms", 100ms},         {"10s", 10s}, {"5m", 5min},        {"1h", 1h},
         {"1m30s", 90s}, {"1h2m3s4ms", 3723004ms}, {"90s", 90s}, {"1s500ms", 1500ms}, {"25h", 25h},
     };
-    for (const auto &[text, duration] : cases) {
+    for (const auto& [text, duration] : cases) {
         EXPECT_EQ(parse_duration(text), duration) << text;
     }
 }
 
 TEST(ParseDuration, RejectsJunk) {
-    for (const char *text : {"", "10", "s", "10 s", "1.5s", "-1s", "10sec", "1d", "30s1m", "1s1s",
+    for (const char* text : {"", "10", "s", "10 s", "1.5s", "-1s", "10sec", "1d", "30s1m", "1s1s",
                              "1m 30s", "10S", "ms", "9223372036854775807h"}) {
         EXPECT_THROW(parse_duration(text), std::invalid_argument) << '"' << text << '"';
     }

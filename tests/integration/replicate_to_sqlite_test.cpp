@@ -66,8 +66,7 @@ protected:
             return;
         }
         // Text forms of the comparison queries, as pgtide's sessions print them.
-        exec("ALTER DATABASE " + dbname() +
-             " SET TimeZone = 'UTC'; ALTER DATABASE " + dbname() +
+        exec("ALTER DATABASE " + dbname() + " SET TimeZone = 'UTC'; ALTER DATABASE " + dbname() +
              " SET extra_float_digits = 1; ALTER DATABASE " + dbname() +
              " SET bytea_output = 'hex'; ALTER DATABASE " + dbname() + " SET DateStyle = 'ISO'");
         dir_ = std::filesystem::temp_directory_path() /
@@ -88,9 +87,9 @@ protected:
             args.push_back("--once");
             args.push_back("--json");
         }
-        for (const auto& a : {std::string("--source"), dsn(), std::string("--publication"),
-                              std::string("pub"), std::string("--slot"), slot(),
-                              std::string("--to"), "sqlite:" + sqlite_path_}) {
+        for (const auto& a :
+             {std::string("--source"), dsn(), std::string("--publication"), std::string("pub"),
+              std::string("--slot"), slot(), std::string("--to"), "sqlite:" + sqlite_path_}) {
             args.push_back(a);
         }
         return args;
@@ -173,7 +172,8 @@ TEST_F(ReplicateToSqlite, CopiesTenThousandRowsThenStreamsChanges) {
     expect_items_equal();
 
     exec(insert_items(10001, 10500));
-    exec("UPDATE items SET name = 'renamed ' || id, amount = amount * 2 WHERE id % 7 = 0 AND id BETWEEN 1 AND 1000000");
+    exec("UPDATE items SET name = 'renamed ' || id, amount = amount * 2 WHERE id % 7 = 0 AND id "
+         "BETWEEN 1 AND 1000000");
     exec("UPDATE items SET id = id + 100000 WHERE id BETWEEN 200 AND 210"); // key changes
     exec("DELETE FROM items WHERE id % 13 = 0");
     exec("BEGIN; INSERT INTO items (id, name) VALUES (500000, 'tmp'); "
@@ -234,11 +234,11 @@ TEST_F(ReplicateToSqlite, KilledWhileStreamingRestartsExactly) {
 
     auto workload = [&](long from, long to) {
         for (long i = from; i < to; ++i) {
-            exec("BEGIN; INSERT INTO items (id, name, amount) VALUES (" + std::to_string(100000 + i) +
-                 ", 'w" + std::to_string(i) + "', " + std::to_string(i) +
-                 ".5); UPDATE items SET medium = medium + 1 WHERE id = " +
-                 std::to_string(1 + i % 2000) + "; DELETE FROM items WHERE id = " +
-                 std::to_string(2000 - i) + "; COMMIT");
+            exec("BEGIN; INSERT INTO items (id, name, amount) VALUES (" +
+                 std::to_string(100000 + i) + ", 'w" + std::to_string(i) + "', " +
+                 std::to_string(i) + ".5); UPDATE items SET medium = medium + 1 WHERE id = " +
+                 std::to_string(1 + i % 2000) +
+                 "; DELETE FROM items WHERE id = " + std::to_string(2000 - i) + "; COMMIT");
         }
     };
 

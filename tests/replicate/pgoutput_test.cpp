@@ -22,27 +22,27 @@ using schema::Lsn;
 // Builds messages the way proto.c writes them.
 class Writer {
 public:
-    Writer &byte(int b) {
+    Writer& byte(int b) {
         bytes_.push_back(static_cast<char>(b));
         return *this;
     }
-    Writer &i16(std::int16_t v) { return be(static_cast<std::uint16_t>(v), 2); }
-    Writer &i32(std::int64_t v) { return be(static_cast<std::uint32_t>(v), 4); }
-    Writer &i64(std::uint64_t v) { return be(v, 8); }
-    Writer &str(std::string_view s) {
+    Writer& i16(std::int16_t v) { return be(static_cast<std::uint16_t>(v), 2); }
+    Writer& i32(std::int64_t v) { return be(static_cast<std::uint32_t>(v), 4); }
+    Writer& i64(std::uint64_t v) { return be(v, 8); }
+    Writer& str(std::string_view s) {
         bytes_.append(s);
         bytes_.push_back('\0');
         return *this;
     }
-    Writer &raw(std::string_view s) {
+    Writer& raw(std::string_view s) {
         bytes_.append(s);
         return *this;
     }
-    Writer &text_column(std::string_view s) { return byte('t').i32(std::int64_t(s.size())).raw(s); }
-    const std::string &bytes() const { return bytes_; }
+    Writer& text_column(std::string_view s) { return byte('t').i32(std::int64_t(s.size())).raw(s); }
+    const std::string& bytes() const { return bytes_; }
 
 private:
-    Writer &be(std::uint64_t v, int n) {
+    Writer& be(std::uint64_t v, int n) {
         for (int shift = (n - 1) * 8; shift >= 0; shift -= 8) {
             bytes_.push_back(static_cast<char>((v >> shift) & 0xff));
         }
@@ -52,7 +52,7 @@ private:
 };
 
 // One decoded message per non-comment line of a hex fixture.
-std::vector<std::string> load_fixture(const std::string &name) {
+std::vector<std::string> load_fixture(const std::string& name) {
     std::ifstream in(std::string(PGTIDE_SOURCE_DIR) + "/tests/fixtures/pgoutput/" + name);
     EXPECT_TRUE(in) << name;
     std::vector<std::string> messages;
@@ -71,9 +71,9 @@ std::vector<std::string> load_fixture(const std::string &name) {
 }
 
 // "t:1|n|u": each column's kind, and its data for text columns (hex for binary).
-std::string render(const TupleData &tuple) {
+std::string render(const TupleData& tuple) {
     std::string out;
-    for (const auto &column : tuple.columns) {
+    for (const auto& column : tuple.columns) {
         out += out.empty() ? "" : "|";
         out += static_cast<char>(column.kind);
         if (column.kind == TupleColumn::Kind::Text) {
@@ -94,9 +94,9 @@ std::string render(const TupleData &tuple) {
 }
 
 // "id:23:-1:key,v:25:-1"
-std::string render(const std::vector<RelationColumn> &columns) {
+std::string render(const std::vector<RelationColumn>& columns) {
     std::string out;
-    for (const auto &c : columns) {
+    for (const auto& c : columns) {
         out += out.empty() ? "" : ",";
         out += c.name + ":" + std::to_string(c.type_oid) + ":" + std::to_string(c.typmod);
         out += c.key ? ":key" : "";
@@ -104,33 +104,33 @@ std::string render(const std::vector<RelationColumn> &columns) {
     return out;
 }
 
-template <typename T> const T &as(const PgOutputMessage &message) {
+template <typename T> const T& as(const PgOutputMessage& message) {
     EXPECT_TRUE(std::holds_alternative<T>(message)) << "variant index " << message.index();
     static const T empty{};
-    const T *value = std::get_if<T>(&message);
+    const T* value = std::get_if<T>(&message);
     return value != nullptr ? *value : empty;
 }
 
-std::vector<PgOutputMessage> decode_all(PgOutputDecoder &decoder,
-                                        const std::vector<std::string> &messages) {
+std::vector<PgOutputMessage> decode_all(PgOutputDecoder& decoder,
+                                        const std::vector<std::string>& messages) {
     std::vector<PgOutputMessage> out;
-    for (const auto &bytes : messages) {
+    for (const auto& bytes : messages) {
         out.push_back(decoder.decode(bytes));
     }
     return out;
 }
 
-void expect_begin(const PgOutputMessage &m, std::uint64_t final_lsn, std::int64_t time,
+void expect_begin(const PgOutputMessage& m, std::uint64_t final_lsn, std::int64_t time,
                   std::uint32_t xid) {
-    const auto &begin = as<Begin>(m);
+    const auto& begin = as<Begin>(m);
     EXPECT_EQ(begin.final_lsn, Lsn{final_lsn});
     EXPECT_EQ(begin.commit_time, time);
     EXPECT_EQ(begin.xid, xid);
 }
 
-void expect_commit(const PgOutputMessage &m, std::uint64_t commit_lsn, std::uint64_t end_lsn,
+void expect_commit(const PgOutputMessage& m, std::uint64_t commit_lsn, std::uint64_t end_lsn,
                    std::int64_t time) {
-    const auto &commit = as<Commit>(m);
+    const auto& commit = as<Commit>(m);
     EXPECT_EQ(commit.flags, 0);
     EXPECT_EQ(commit.commit_lsn, Lsn{commit_lsn});
     EXPECT_EQ(commit.end_lsn, Lsn{end_lsn});
@@ -141,12 +141,12 @@ constexpr std::uint32_t kT1 = 16389;   // t1 (id int PRIMARY KEY, v text, big te
 constexpr std::uint32_t kT2 = 16396;   // t2 (id int, note text), REPLICA IDENTITY FULL
 constexpr std::uint32_t kOdd = 16401;  // "Odd Name" (k bigint PRIMARY KEY, m mood, n numeric)
 constexpr std::uint32_t kMood = 16385; // ENUM mood
-const char *const kT1Columns = "id:23:-1:key,v:25:-1,big:25:-1";
-const char *const kT2Columns = "id:23:-1:key,note:25:-1:key";
+const char* const kT1Columns = "id:23:-1:key,v:25:-1,big:25:-1";
+const char* const kT2Columns = "id:23:-1:key,note:25:-1:key";
 
-void expect_relation(const PgOutputMessage &m, std::optional<std::uint32_t> xid,
+void expect_relation(const PgOutputMessage& m, std::optional<std::uint32_t> xid,
                      std::uint32_t oid) {
-    const auto &rel = as<Relation>(m);
+    const auto& rel = as<Relation>(m);
     EXPECT_EQ(rel.xid, xid);
     EXPECT_EQ(rel.oid, oid);
     EXPECT_EQ(rel.schema, "public");
@@ -162,16 +162,16 @@ void expect_relation(const PgOutputMessage &m, std::optional<std::uint32_t> xid,
     }
 }
 
-void expect_insert(const PgOutputMessage &m, std::optional<std::uint32_t> xid, std::uint32_t oid,
-                   const std::string &tuple) {
-    const auto &insert = as<Insert>(m);
+void expect_insert(const PgOutputMessage& m, std::optional<std::uint32_t> xid, std::uint32_t oid,
+                   const std::string& tuple) {
+    const auto& insert = as<Insert>(m);
     EXPECT_EQ(insert.xid, xid);
     EXPECT_EQ(insert.relation_oid, oid);
     EXPECT_EQ(render(insert.new_tuple), tuple);
 }
 
-void expect_stream_start(const PgOutputMessage &m, std::uint32_t xid, bool first) {
-    const auto &start = as<StreamStart>(m);
+void expect_stream_start(const PgOutputMessage& m, std::uint32_t xid, bool first) {
+    const auto& start = as<StreamStart>(m);
     EXPECT_EQ(start.xid, xid);
     EXPECT_EQ(start.first_segment, first);
 }
@@ -195,7 +195,7 @@ TEST(PgOutputCaptured, Proto1EveryChangeKind) {
     // UPDATE t1 SET id = 10 WHERE id = 1: the key changed, so a 'K' tuple with only the key.
     expect_begin(m[5], 0x1533678, 0x000304804fe0543a, 732);
     {
-        const auto &update = as<Update>(m[6]);
+        const auto& update = as<Update>(m[6]);
         EXPECT_EQ(update.xid, std::nullopt);
         EXPECT_EQ(update.relation_oid, kT1);
         EXPECT_EQ(update.old_kind, 'K');
@@ -208,7 +208,7 @@ TEST(PgOutputCaptured, Proto1EveryChangeKind) {
     // UPDATE t1 SET v = 'b' WHERE id = 2: no old tuple, the TOASTed column is 'u'.
     expect_begin(m[8], 0x1533740, 0x000304804fe05677, 733);
     {
-        const auto &update = as<Update>(m[9]);
+        const auto& update = as<Update>(m[9]);
         EXPECT_EQ(update.relation_oid, kT1);
         EXPECT_EQ(update.old_kind, std::nullopt);
         EXPECT_FALSE(update.old_tuple.has_value());
@@ -219,7 +219,7 @@ TEST(PgOutputCaptured, Proto1EveryChangeKind) {
     // DELETE FROM t1 WHERE id = 10
     expect_begin(m[11], 0x15337B0, 0x000304804fe057f5, 734);
     {
-        const auto &del = as<Delete>(m[12]);
+        const auto& del = as<Delete>(m[12]);
         EXPECT_EQ(del.xid, std::nullopt);
         EXPECT_EQ(del.relation_oid, kT1);
         EXPECT_EQ(del.old_kind, 'K');
@@ -234,7 +234,7 @@ TEST(PgOutputCaptured, Proto1EveryChangeKind) {
     expect_commit(m[17], 0x1533820, 0x1533850, 0x000304804fe059a2);
     expect_begin(m[18], 0x15338A8, 0x000304804fe05b16, 736);
     {
-        const auto &update = as<Update>(m[19]);
+        const auto& update = as<Update>(m[19]);
         EXPECT_EQ(update.relation_oid, kT2);
         EXPECT_EQ(update.old_kind, 'O');
         ASSERT_TRUE(update.old_tuple.has_value());
@@ -244,7 +244,7 @@ TEST(PgOutputCaptured, Proto1EveryChangeKind) {
     expect_commit(m[20], 0x15338A8, 0x15338D8, 0x000304804fe05b16);
     expect_begin(m[21], 0x1533920, 0x000304804fe05c6e, 737);
     {
-        const auto &del = as<Delete>(m[22]);
+        const auto& del = as<Delete>(m[22]);
         EXPECT_EQ(del.relation_oid, kT2);
         EXPECT_EQ(del.old_kind, 'O');
         EXPECT_EQ(render(del.old_tuple), "t:1|t:y");
@@ -256,7 +256,7 @@ TEST(PgOutputCaptured, Proto1EveryChangeKind) {
     expect_relation(m[25], std::nullopt, kT1);
     expect_relation(m[26], std::nullopt, kT2);
     {
-        const auto &truncate = as<Truncate>(m[27]);
+        const auto& truncate = as<Truncate>(m[27]);
         EXPECT_EQ(truncate.xid, std::nullopt);
         EXPECT_EQ(truncate.options, 3);
         EXPECT_TRUE(truncate.cascade());
@@ -268,14 +268,14 @@ TEST(PgOutputCaptured, Proto1EveryChangeKind) {
     // A user-defined type, a quoted name, extreme and typmod'ed values, a transactional message.
     expect_begin(m[29], 0x1535080, 0x000304804fe07515, 739);
     {
-        const auto &type = as<Type>(m[30]);
+        const auto& type = as<Type>(m[30]);
         EXPECT_EQ(type.xid, std::nullopt);
         EXPECT_EQ(type.oid, kMood);
         EXPECT_EQ(type.schema, "public");
         EXPECT_EQ(type.name, "mood");
     }
     {
-        const auto &rel = as<Relation>(m[31]);
+        const auto& rel = as<Relation>(m[31]);
         EXPECT_EQ(rel.oid, kOdd);
         EXPECT_EQ(rel.schema, "public");
         EXPECT_EQ(rel.name, "Odd Name");
@@ -284,7 +284,7 @@ TEST(PgOutputCaptured, Proto1EveryChangeKind) {
     }
     expect_insert(m[32], std::nullopt, kOdd, "t:-9223372036854775808|t:happy|t:12.50");
     {
-        const auto &message = as<Message>(m[33]);
+        const auto& message = as<Message>(m[33]);
         EXPECT_EQ(message.xid, std::nullopt);
         EXPECT_TRUE(message.transactional);
         EXPECT_EQ(message.lsn, Lsn{0x1535080});
@@ -295,7 +295,7 @@ TEST(PgOutputCaptured, Proto1EveryChangeKind) {
     expect_commit(m[34], 0x1535080, 0x15350B0, 0x000304804fe07515);
 
     // pg_logical_emit_message(false, 'pgtide', '\x00ff01'): outside any transaction.
-    const auto &message = as<Message>(m[35]);
+    const auto& message = as<Message>(m[35]);
     EXPECT_FALSE(message.transactional);
     EXPECT_EQ(message.lsn, Lsn{0x15350F0});
     EXPECT_EQ(message.prefix, "pgtide");
@@ -305,9 +305,9 @@ TEST(PgOutputCaptured, Proto1EveryChangeKind) {
 // --- Captured: proto_version 2, streaming ------------------------------------------------------
 
 // Changes inside a stream block carry an xid; outside they do not.
-void expect_xid_follows_block(const PgOutputMessage &m, bool in_block) {
+void expect_xid_follows_block(const PgOutputMessage& m, bool in_block) {
     std::visit(
-        [&](const auto &message) {
+        [&](const auto& message) {
             if constexpr (requires { message.xid.has_value(); }) {
                 EXPECT_EQ(message.xid.has_value(), in_block);
             }
@@ -316,7 +316,7 @@ void expect_xid_follows_block(const PgOutputMessage &m, bool in_block) {
 }
 
 // The streamed transactions common to the proto 2 and proto 3 captures (messages 0-51).
-void expect_streamed_transactions(const std::vector<PgOutputMessage> &m) {
+void expect_streamed_transactions(const std::vector<PgOutputMessage>& m) {
     // 2001 inserts in one committed transaction, streamed in five chunks.
     expect_stream_start(m[0], 740, true);
     expect_relation(m[1], 740, kT1);
@@ -329,7 +329,7 @@ void expect_streamed_transactions(const std::vector<PgOutputMessage> &m) {
     }
     expect_insert(m[5], 740, kT1, "t:590|t:v|n");
     {
-        const auto &commit = as<StreamCommit>(m[16]);
+        const auto& commit = as<StreamCommit>(m[16]);
         EXPECT_EQ(commit.xid, 740u);
         EXPECT_EQ(commit.flags, 0);
         EXPECT_EQ(commit.commit_lsn, Lsn{0x1574C50});
@@ -342,7 +342,7 @@ void expect_streamed_transactions(const std::vector<PgOutputMessage> &m) {
     expect_relation(m[18], 741, kT1);
     expect_insert(m[19], 741, kT1, "t:3000|t:w|n");
     {
-        const auto &abort = as<StreamAbort>(m[30]);
+        const auto& abort = as<StreamAbort>(m[30]);
         EXPECT_EQ(abort.xid, 741u);
         EXPECT_EQ(abort.subxid, 741u);
         EXPECT_EQ(abort.abort_lsn, std::nullopt);
@@ -356,7 +356,7 @@ void expect_streamed_transactions(const std::vector<PgOutputMessage> &m) {
     expect_relation(m[34], 743, kT1);
     expect_insert(m[35], 743, kT1, "t:6000|t:s|n");
     {
-        const auto &abort = as<StreamAbort>(m[46]);
+        const auto& abort = as<StreamAbort>(m[46]);
         EXPECT_EQ(abort.xid, 742u);
         EXPECT_EQ(abort.subxid, 743u);
     }
@@ -365,7 +365,7 @@ void expect_streamed_transactions(const std::vector<PgOutputMessage> &m) {
     expect_insert(m[49], 744, kT2, "t:8|t:kept too");
     EXPECT_TRUE(std::holds_alternative<StreamStop>(m[50]));
     {
-        const auto &commit = as<StreamCommit>(m[51]);
+        const auto& commit = as<StreamCommit>(m[51]);
         EXPECT_EQ(commit.xid, 742u);
         EXPECT_EQ(commit.commit_lsn, Lsn{0x15F4510});
         EXPECT_EQ(commit.end_lsn, Lsn{0x15F4548});
@@ -378,7 +378,7 @@ TEST(PgOutputCaptured, Proto2StreamingCommitAbortAndSubtransactionAbort) {
     ASSERT_EQ(bytes.size(), 72u);
     PgOutputDecoder decoder(2);
     std::vector<PgOutputMessage> m;
-    for (const auto &b : bytes) {
+    for (const auto& b : bytes) {
         const bool was_in_block = decoder.in_stream_block();
         m.push_back(decoder.decode(b));
         expect_xid_follows_block(m.back(), was_in_block);
@@ -397,7 +397,7 @@ TEST(PgOutputCaptured, Proto2StreamingCommitAbortAndSubtransactionAbort) {
     expect_stream_start(m[55], 747, true);
     expect_relation(m[56], 747, kT1);
     expect_insert(m[57], 747, kT1, "t:9000|t:p|n");
-    const auto &commit = as<StreamCommit>(m[71]);
+    const auto& commit = as<StreamCommit>(m[71]);
     EXPECT_EQ(commit.xid, 747u);
     EXPECT_EQ(commit.commit_lsn, Lsn{0x16343B0});
     EXPECT_EQ(commit.end_lsn, Lsn{0x16343F0});
@@ -415,7 +415,7 @@ TEST(PgOutputCaptured, Proto3TwoPhase) {
 
     // PREPARE TRANSACTION 'gid-commit'; COMMIT PREPARED 'gid-commit'
     {
-        const auto &begin = as<BeginPrepare>(m[52]);
+        const auto& begin = as<BeginPrepare>(m[52]);
         EXPECT_EQ(begin.prepare_lsn, Lsn{0x15F4590});
         EXPECT_EQ(begin.end_lsn, Lsn{0x15F4690});
         EXPECT_EQ(begin.prepare_time, 0x0003048050440700);
@@ -424,7 +424,7 @@ TEST(PgOutputCaptured, Proto3TwoPhase) {
     }
     expect_insert(m[53], std::nullopt, kT2, "t:20|t:prepared");
     {
-        const auto &prepare = as<Prepare>(m[54]);
+        const auto& prepare = as<Prepare>(m[54]);
         EXPECT_EQ(prepare.flags, 0);
         EXPECT_EQ(prepare.prepare_lsn, Lsn{0x15F4590});
         EXPECT_EQ(prepare.end_lsn, Lsn{0x15F4690});
@@ -433,7 +433,7 @@ TEST(PgOutputCaptured, Proto3TwoPhase) {
         EXPECT_EQ(prepare.gid, "gid-commit");
     }
     {
-        const auto &commit = as<CommitPrepared>(m[55]);
+        const auto& commit = as<CommitPrepared>(m[55]);
         EXPECT_EQ(commit.flags, 0);
         EXPECT_EQ(commit.commit_lsn, Lsn{0x15F4690});
         EXPECT_EQ(commit.end_lsn, Lsn{0x15F46D0});
@@ -447,7 +447,7 @@ TEST(PgOutputCaptured, Proto3TwoPhase) {
     expect_insert(m[57], std::nullopt, kT2, "t:21|t:rolled back");
     EXPECT_EQ(as<Prepare>(m[58]).xid, 746u);
     {
-        const auto &rollback = as<RollbackPrepared>(m[59]);
+        const auto& rollback = as<RollbackPrepared>(m[59]);
         EXPECT_EQ(rollback.flags, 0);
         EXPECT_EQ(rollback.prepare_end_lsn, Lsn{0x15F4818});
         EXPECT_EQ(rollback.rollback_end_lsn, Lsn{0x15F4858});
@@ -460,7 +460,7 @@ TEST(PgOutputCaptured, Proto3TwoPhase) {
     // A big prepared transaction: streamed, then Stream Prepare, then Commit Prepared.
     expect_stream_start(m[60], 747, true);
     {
-        const auto &prepare = as<StreamPrepare>(m[76]);
+        const auto& prepare = as<StreamPrepare>(m[76]);
         EXPECT_EQ(prepare.flags, 0);
         EXPECT_EQ(prepare.prepare_lsn, Lsn{0x16342B0});
         EXPECT_EQ(prepare.end_lsn, Lsn{0x16343B0});
@@ -468,7 +468,7 @@ TEST(PgOutputCaptured, Proto3TwoPhase) {
         EXPECT_EQ(prepare.xid, 747u);
         EXPECT_EQ(prepare.gid, "gid-stream");
     }
-    const auto &commit = as<CommitPrepared>(m[77]);
+    const auto& commit = as<CommitPrepared>(m[77]);
     EXPECT_EQ(commit.commit_lsn, Lsn{0x16343B0});
     EXPECT_EQ(commit.end_lsn, Lsn{0x16343F0});
     EXPECT_EQ(commit.xid, 747u);
@@ -478,7 +478,7 @@ TEST(PgOutputCaptured, Proto3TwoPhase) {
 // --- Every truncation of every captured message ------------------------------------------------
 
 struct FixtureCase {
-    const char *file;
+    const char* file;
     int proto_version;
 };
 
@@ -487,7 +487,7 @@ TEST(PgOutputCaptured, EveryTruncationAndTrailingByteThrows) {
          {FixtureCase{"proto1_changes.hex", 1}, FixtureCase{"proto2_streaming.hex", 2},
           FixtureCase{"proto3_two_phase.hex", 3}}) {
         PgOutputDecoder decoder(fixture.proto_version);
-        for (const auto &message : load_fixture(fixture.file)) {
+        for (const auto& message : load_fixture(fixture.file)) {
             for (std::size_t n = 0; n < message.size(); ++n) {
                 // An exact-size heap copy, so a sanitizer sees any read past the end.
                 const std::vector<char> prefix(message.begin(), message.begin() + long(n));
@@ -511,10 +511,10 @@ PgOutputDecoder decoder_in_block(int proto_version, std::uint32_t xid) {
     return decoder;
 }
 
-ProtocolError decode_error(PgOutputDecoder &decoder, const std::string &bytes) {
+ProtocolError decode_error(PgOutputDecoder& decoder, const std::string& bytes) {
     try {
         decoder.decode(bytes);
-    } catch (const ProtocolError &e) {
+    } catch (const ProtocolError& e) {
         return e;
     }
     ADD_FAILURE() << "no ProtocolError";
@@ -607,7 +607,7 @@ TEST(PgOutputDecoder, ParallelStreamAbortCarriesLsnAndTime) {
     PgOutputDecoder decoder(4, /*streaming_parallel=*/true);
     const auto m = decoder.decode(
         Writer().byte('A').i32(10).i32(11).i64(0x16'B374D848).i64(0x000304805043d8c1).bytes());
-    const auto &abort = as<StreamAbort>(m);
+    const auto& abort = as<StreamAbort>(m);
     EXPECT_EQ(abort.xid, 10u);
     EXPECT_EQ(abort.subxid, 11u);
     EXPECT_EQ(abort.abort_lsn, Lsn{0x16'B374D848});

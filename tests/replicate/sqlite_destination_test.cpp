@@ -72,14 +72,14 @@ protected:
         std::filesystem::remove_all(dir_);
     }
 
-    SqliteDestination &dest() { return *dest_; }
+    SqliteDestination& dest() { return *dest_; }
 
     // Rows of `sql` read through a separate connection (so only committed data is seen), each
     // cell as text, NULL as <null>.
-    Rows query(const std::string &sql) {
-        sqlite3 *db = nullptr;
+    Rows query(const std::string& sql) {
+        sqlite3* db = nullptr;
         EXPECT_EQ(sqlite3_open_v2(path_.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
-        sqlite3_stmt *stmt = nullptr;
+        sqlite3_stmt* stmt = nullptr;
         EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr), SQLITE_OK)
             << sqlite3_errmsg(db);
         Rows rows;
@@ -89,7 +89,7 @@ protected:
                 if (sqlite3_column_type(stmt, i) == SQLITE_NULL) {
                     row.push_back(kNull);
                 } else {
-                    const auto *p = reinterpret_cast<const char *>(sqlite3_column_text(stmt, i));
+                    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt, i));
                     row.emplace_back(p, std::size_t(sqlite3_column_bytes(stmt, i)));
                 }
             }
@@ -144,7 +144,7 @@ TEST_F(SqliteDestinationTest, OpenFailureNamesThePath) {
     try {
         SqliteDestination d(bad);
         FAIL() << "opened " << bad;
-    } catch (const DestinationError &e) {
+    } catch (const DestinationError& e) {
         EXPECT_EQ(e.kind(), DestinationErrorKind::CantOpen);
         EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
     }
@@ -188,7 +188,7 @@ TEST_F(SqliteDestinationTest, EnsureTableRefusesKeyMismatch) {
     try {
         dest().ensure_table(other);
         FAIL() << "key mismatch accepted";
-    } catch (const DestinationError &e) {
+    } catch (const DestinationError& e) {
         EXPECT_EQ(e.kind(), DestinationErrorKind::Schema);
         EXPECT_NE(std::string(e.what()).find("primary key (id) but the source key is (v)"),
                   std::string::npos)
@@ -202,7 +202,7 @@ TEST_F(SqliteDestinationTest, EnsureTableRefusesTypeChangeAndForeignTable) {
     changed.columns[1].storage = StorageClass::Integer;
     EXPECT_THROW(dest().ensure_table(changed), DestinationError);
 
-    sqlite3 *db = nullptr;
+    sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
     ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE foreign_t (id INTEGER PRIMARY KEY)", nullptr, nullptr,
                            nullptr),
@@ -213,7 +213,7 @@ TEST_F(SqliteDestinationTest, EnsureTableRefusesTypeChangeAndForeignTable) {
     try {
         dest().ensure_table(foreign);
         FAIL() << "table without _pgtide_lsn accepted";
-    } catch (const DestinationError &e) {
+    } catch (const DestinationError& e) {
         EXPECT_EQ(e.kind(), DestinationErrorKind::Schema);
         EXPECT_NE(std::string(e.what()).find("not created by pgtide"), std::string::npos);
     }
@@ -513,7 +513,7 @@ TEST_F(SqliteDestinationTest, InsertCheckpointTwiceFails) {
     try {
         dest().insert_checkpoint(checkpoint());
         FAIL() << "second checkpoint row accepted";
-    } catch (const DestinationError &e) {
+    } catch (const DestinationError& e) {
         EXPECT_EQ(e.kind(), DestinationErrorKind::Constraint);
     }
 }
@@ -532,7 +532,7 @@ TEST_F(SqliteDestinationTest, CasFailureIsFencedAndCallerRollsBack) {
     Checkpoint wrong_slot = stored;
     wrong_slot.slot_name = "other";
 
-    for (const Checkpoint &expected : {wrong_owner, wrong_lsn, wrong_epoch, wrong_slot}) {
+    for (const Checkpoint& expected : {wrong_owner, wrong_lsn, wrong_epoch, wrong_slot}) {
         Checkpoint next = expected;
         next.lsn = lsn(stored.lsn.value() + 100);
         next.phase = Phase::Streaming;
@@ -566,7 +566,7 @@ TEST_F(SqliteDestinationTest, SecondWriterIsBusyAfterTheTimeout) {
     try {
         other.begin(); // waits the 5 s busy timeout for the write lock
         FAIL() << "two writers";
-    } catch (const DestinationError &e) {
+    } catch (const DestinationError& e) {
         EXPECT_EQ(e.kind(), DestinationErrorKind::Busy) << e.what();
         EXPECT_EQ(e.sqlite_code() & 0xff, SQLITE_BUSY);
     }

@@ -29,7 +29,7 @@ TEST(WalsenderMessages, ParsesXLogDataAndPointsIntoTheInput) {
     const std::string bytes = std::string("w") + be64(0x16'B374D848) + be64(0x16'B374D900) +
                               be64(0x000304804fe04caf) + "B-payload";
     const auto message = parse_walsender_message(bytes);
-    const auto *data = std::get_if<XLogData>(&message);
+    const auto* data = std::get_if<XLogData>(&message);
     ASSERT_NE(data, nullptr);
     EXPECT_EQ(data->data_start, Lsn{0x16'B374D848});
     EXPECT_EQ(data->wal_end, Lsn{0x16'B374D900});
@@ -47,7 +47,7 @@ TEST(WalsenderMessages, XLogDataWithEmptyPayloadIsFramedCorrectly) {
 
 TEST(WalsenderMessages, ParsesKeepalive) {
     const auto message = parse_walsender_message(kKeepalive);
-    const auto *keepalive = std::get_if<PrimaryKeepalive>(&message);
+    const auto* keepalive = std::get_if<PrimaryKeepalive>(&message);
     ASSERT_NE(keepalive, nullptr);
     EXPECT_EQ(keepalive->wal_end, Lsn{0x1574C80});
     EXPECT_EQ(keepalive->send_time, 0x000304805043d8c1);
@@ -76,7 +76,7 @@ TEST(WalsenderMessages, KeepaliveReplyByteMustBeBoolean) {
     try {
         parse_walsender_message(bytes);
         FAIL() << "no exception";
-    } catch (const ProtocolError &e) {
+    } catch (const ProtocolError& e) {
         EXPECT_EQ(e.message_type(), 'k');
         EXPECT_EQ(e.offset(), 17u);
     }
@@ -93,7 +93,7 @@ TEST(WalsenderMessages, UnknownTypeNamesTheByte) {
     try {
         parse_walsender_message("h1234");
         FAIL() << "no exception";
-    } catch (const ProtocolError &e) {
+    } catch (const ProtocolError& e) {
         EXPECT_EQ(e.message_type(), 'h');
         EXPECT_EQ(e.offset(), 0u);
         EXPECT_STREQ(e.what(), "walsender message ('h') at byte 0: unknown message type");
@@ -101,7 +101,7 @@ TEST(WalsenderMessages, UnknownTypeNamesTheByte) {
     try {
         parse_walsender_message(std::string("\x01", 1));
         FAIL() << "no exception";
-    } catch (const ProtocolError &e) {
+    } catch (const ProtocolError& e) {
         EXPECT_STREQ(e.what(), "walsender message (0x01) at byte 0: unknown message type");
     }
 }

@@ -1,0 +1,210 @@
+// Stream scenarios on a real PostgreSQL: TOAST, replica identities, truncate, schema changes,
+// reconnects. Each ends with the destination compared row by row with the source.
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "tests/support/pg_server.hpp"
+#include "tests/support/pgtide_process.hpp"
+#include "tests/support/sqlite_file.hpp"
+
+namespace pgtide::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+class StreamScenarios : public PgTest {
+protected:
+    void SetUp() override {
+        PgTest::SetUp();
+        if (IsSkipped() || HasFatalFailure()) {
+            return;
+        }
+        exec("ALTER DATABASE " + dbname() + " SET TimeZone = 'UTC'; ALTER DATABASE " + dbname() +
+             " SET extra_float_digits = 1; ALTER DATABASE " + dbname() +
+             " SET bytea_output = 'hex'");
+        dir_ = std::filesystem::temp_directory_path() /
+               ("pgtide-st-" + std::to_string(::getpid()) + "-" + dbname());
+        std::filesystem::create_directories(dir_);
+        sqlite_path_ = (dir_ / "replica.db").string();
+    }
+    void TearDown() override {
+        if (!dir_.empty()) {
+            std::error_code ec;
+            std::filesystem::remove_all(dir_, ec);
+        }
+    }
+
+    std::vector<std::string> args(bool once) const {
+        std::vector<std::string> a{"run"};
+        if (once) {
+            a.insert(a.end(), {"--once", "--json"});
+        }
+        a.insert(a.end(), {"--source", dsn(), "--publication", "pub", "--slot", "s_" + dbname(),
+                           "--to", "sqlite:" + sqlite_path_});
+        return a;
+    }
+
+    std::string run_once() const {
+        std::string out;
+        std::string err;
+        const int code = PgtideProcess::run(args(true), &out, &err);
+        EXPECT_EQ(code, 0) << "stdout:\n" << out << "\nstderr:\n" << err;
+        return out;
+    }
+
+    /// Source and destination rows of `source_sql` and `dest_sql` are identical.
+    void expect_equal(const std::string& source_sql, const std::string& dest_sql) const {
+        const Rows source = query(source_sql);
+        const Rows dest = SqliteFile(sqlite_path_).rows(dest_sql);
+        ASSERT_EQ(source.size(), dest.size()) << source_sql;
+        for (std::size_t i = 0; i < source.size(); ++i) {
+            ASSERT_EQ(source[i], dest[i]) << "row " << i << " of " << dest_sql;
+        }
+    }
+
+    std::optional<std::string> dest_value(const std::string& sql) const {
+        try {
+            const Rows r = SqliteFile(sqlite_path_).rows(sql);
+            if (r.size() == 1 && r[0].size() == 1) {
+                return r[0][0];
+            }
+        } catch (const std::exception&) {
+        }
+        return std::nullopt;
+    }
+
+    /// Bounded wait until the destination answers `sql` with `expected`.
+    bool wait_for_dest(const std::string& sql, const std::string& expected) const {
+        for (int i = 0; i < 2400; ++i) {
+            if (dest_value(sql) == expected) {
+                return true;
+            }
+            std::this_thread::sleep_for(25ms);
+        }
+        return false;
+    }
+
+    std::filesystem::path dir_;
+    std::string sqlite_path_;
+};
+
+TEST_F(StreamScenarios, UnchangedToastColumnKeepsItsValue) {
+    exec("CREATE TABLE docs (id int PRIMARY KEY, big text, n int)");
+    exec("ALTER TABLE docs ALTER COLUMN big SET STORAGE EXTERNAL");
+    exec("INSERT INTO docs SELECT g, repeat(md5(g::text), 400), g FROM generate_series(1, 5) g");
+    exec("CREATE PUBLICATION pub FOR TABLE docs");
+    run_once();
+    exec("INSERT INTO docs VALUES (6, repeat('z', 20000), 6)"); // streamed with its TOAST value
+    exec("UPDATE docs SET n = n + 100");                        // 'u' for big
+    const std::string out = run_once();
+    EXPECT_NE(out.find("\"changes\":7"), std::string::npos) << out;
+    expect_equal("SELECT id::text, big, n::text FROM docs ORDER BY docs.id",
+                 "SELECT id, big, n FROM docs ORDER BY id");
+}
+
+TEST_F(StreamScenarios, ReplicaIdentityFullAndKeyChanges) {
+    exec("CREATE TABLE full_t (id int PRIMARY KEY, v text)");
+    exec("ALTER TABLE full_t REPLICA IDENTITY FULL");
+    exec("CREATE TABLE composite (a text, b bigint, v text, PRIMARY KEY (a, b))");
+    exec("INSERT INTO full_t SELECT g, 'v' || g FROM generate_series(1, 100) g");
+    exec("INSERT INTO composite SELECT 'k ' || (g % 7), g, 'v' FROM generate_series(1, 100) g");
+    exec("CREATE PUBLICATION pub FOR TABLE full_t, composite");
+    run_once();
+    exec("UPDATE full_t SET id = id + 1000 WHERE id % 3 = 0");
+    exec("UPDATE full_t SET v = NULL WHERE id % 5 = 0");
+    exec("DELETE FROM full_t WHERE id % 7 = 0");
+    exec("UPDATE composite SET a = a || ' moved', v = 'w' WHERE b % 4 = 0");
+    exec("UPDATE composite SET b = -b WHERE b % 9 = 0");
+    exec("DELETE FROM composite WHERE b % 11 = 0");
+    // A key swap inside one transaction: order within the transaction matters.
+    exec("BEGIN; UPDATE full_t SET id = -1 WHERE id = 1; UPDATE full_t SET id = 1 WHERE id = 2; "
+         "UPDATE full_t SET id = 2 WHERE id = -1; COMMIT");
+    run_once();
+    expect_equal("SELECT id::text, v FROM full_t ORDER BY full_t.id",
+                 "SELECT id, v FROM full_t ORDER BY id");
+    expect_equal("SELECT a, b::text, v FROM composite ORDER BY composite.a, composite.b",
+                 "SELECT a, b, v FROM composite ORDER BY a, b");
+}
+
+TEST_F(StreamScenarios, TruncateOfSeveralTablesAtTheRightPoint) {
+    exec("CREATE TABLE a (id int PRIMARY KEY, v text)");
+    exec("CREATE TABLE b (id int PRIMARY KEY, v text)");
+    exec("INSERT INTO a SELECT g, 'a' FROM generate_series(1, 50) g");
+    exec("INSERT INTO b SELECT g, 'b' FROM generate_series(1, 50) g");
+    exec("CREATE PUBLICATION pub FOR TABLE a, b");
+    run_once();
+    exec("INSERT INTO a VALUES (100, 'before')");
+    exec("BEGIN; INSERT INTO b VALUES (100, 'before'); TRUNCATE a, b; "
+         "INSERT INTO a VALUES (1, 'after'); COMMIT");
+    exec("INSERT INTO b VALUES (2, 'after')");
+    run_once();
+    expect_equal("SELECT id::text, v FROM a ORDER BY a.id", "SELECT id, v FROM a ORDER BY id");
+    expect_equal("SELECT id::text, v FROM b ORDER BY b.id", "SELECT id, v FROM b ORDER BY id");
+}
+
+TEST_F(StreamScenarios, AddedColumnAppearsAndDroppedColumnStopsBeingWritten) {
+    exec("CREATE TABLE t (id int PRIMARY KEY, old text, v int)");
+    exec("INSERT INTO t SELECT g, 'o', g FROM generate_series(1, 20) g");
+    exec("CREATE PUBLICATION pub FOR TABLE t");
+    run_once();
+    exec("ALTER TABLE t ADD COLUMN extra numeric(8,2)");
+    exec("INSERT INTO t VALUES (21, 'o', 21, 1.5)");
+    exec("UPDATE t SET extra = 2.25 WHERE id <= 3");
+    exec("ALTER TABLE t DROP COLUMN old");
+    exec("INSERT INTO t VALUES (22, 22, 3)");
+    run_once();
+    expect_equal("SELECT id::text, v::text, extra::text FROM t ORDER BY t.id",
+                 "SELECT id, v, extra FROM t ORDER BY id");
+    // The dropped column keeps what it had and is no longer written.
+    EXPECT_EQ(SqliteFile(sqlite_path_).rows("SELECT old FROM t WHERE id IN (21, 22) ORDER BY id"),
+              (Rows{{"o"}, {null}}));
+}
+
+TEST_F(StreamScenarios, ReconnectsAfterTheWalsenderIsTerminated) {
+    exec("CREATE TABLE t (id int PRIMARY KEY, v int)");
+    exec("CREATE PUBLICATION pub FOR TABLE t");
+    PgtideProcess pgtide(args(false));
+    ASSERT_TRUE(wait_for_dest("SELECT phase FROM _pgtide_checkpoint", "streaming"))
+        << pgtide.stderr_text();
+    exec("INSERT INTO t SELECT g, g FROM generate_series(1, 100) g");
+    ASSERT_TRUE(wait_for_dest("SELECT count(*) FROM t", "100")) << pgtide.stderr_text();
+    for (int round = 0; round < 3; ++round) {
+        exec("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name "
+             "= 's_" +
+             dbname() + "'");
+        exec("UPDATE t SET v = v + 1");
+        exec("INSERT INTO t VALUES (" + std::to_string(1000 + round) + ", 0)");
+        ASSERT_TRUE(
+            wait_for_dest("SELECT count(*) FROM t", std::to_string(101 + round)))
+            << pgtide.stderr_text();
+    }
+    ASSERT_TRUE(wait_for_dest("SELECT sum(v) FROM t", query_value("SELECT sum(v) FROM t")))
+        << pgtide.stderr_text();
+    ASSERT_TRUE(pgtide.running()) << pgtide.stderr_text();
+    pgtide.kill(SIGTERM);
+    EXPECT_EQ(pgtide.wait(), 0) << pgtide.stderr_text();
+    EXPECT_NE(pgtide.stderr_text().find("reconnecting"), std::string::npos)
+        << pgtide.stderr_text();
+    expect_equal("SELECT id::text, v::text FROM t ORDER BY t.id", "SELECT id, v FROM t ORDER BY id");
+}
+
+TEST_F(StreamScenarios, MissingPublicationAndKeylessTableAreRefused) {
+    exec("CREATE TABLE nokey (v int)");
+    exec("CREATE PUBLICATION pub FOR TABLE nokey WITH (publish = 'insert')");
+    std::string out;
+    std::string err;
+    EXPECT_EQ(PgtideProcess::run(args(true), &out, &err), 3);
+    EXPECT_NE(err.find("table public.nokey has no usable key"), std::string::npos) << err;
+
+    auto other = args(true);
+    other[other.size() - 5] = "nosuchpub"; // --publication value
+    EXPECT_EQ(PgtideProcess::run(other, &out, &err), 3);
+    EXPECT_NE(err.find("publication \"nosuchpub\" does not exist"), std::string::npos) << err;
+}
+
+} // namespace
+} // namespace pgtide::testing
