@@ -16,6 +16,7 @@
 #include "replicate/snapshot_copier.hpp"
 #include "replicate/sqlite_destination.hpp"
 #include "replicate/stream.hpp"
+#include "schema/codec.hpp"
 
 namespace pgtide::replicate {
 
@@ -320,6 +321,18 @@ io::Task<RunSummary> Coordinator::run() {
                          {{"error", e.what()}});
         }
     }
+    // Binary column values only when every published column can be decoded from them: a
+    // type without a decoder would arrive in a form pgtide cannot read.
+    bool binary = options_.stream_binary;
+    for (const auto& t : tables) {
+        for (const auto& c : t->columns) {
+            if (binary && !schema::has_binary_decoder(c.type)) {
+                io::log_info("streaming text values: a column has no binary decoder",
+                             {{"table", t->qualified()}, {"column", c.name}});
+                binary = false;
+            }
+        }
+    }
     std::chrono::milliseconds backoff{100};
     const auto give_up_at =
         options_.reconnect_deadline
@@ -335,7 +348,7 @@ io::Task<RunSummary> Coordinator::run() {
                 connected = true;
             }
             const schema::Lsn start = applier.checkpoint().lsn;
-            co_await replication.start(slot, start, options_.publications);
+            co_await replication.start(slot, start, options_.publications, binary);
             io::log_info("streaming", {{"slot", slot}, {"lsn", start.str()}});
             backoff = std::chrono::milliseconds(100);
             StreamOptions stream_options;

@@ -43,6 +43,7 @@ struct RunOptions {
     int max_attempts = 3;
     // [stream], [apply]
     std::chrono::milliseconds status_interval{10000};
+    bool stream_binary = false;
     std::chrono::milliseconds flush_interval{100};
     std::int64_t apply_batch_rows = 10000;
     std::vector<TableOverride> tables;

@@ -76,7 +76,8 @@ io::Task<CreatedSlot> ReplicationConnection::create_slot(std::string name, bool 
 }
 
 io::Task<void> ReplicationConnection::start(std::string slot, schema::Lsn start,
-                                            std::vector<std::string> publications) {
+                                            std::vector<std::string> publications,
+                                            bool binary) {
     const int v = conn_.server_version();
     proto_version_ = v >= 160000 ? 4 : v >= 150000 ? 3 : v >= 140000 ? 2 : 1;
     std::string sql = "START_REPLICATION SLOT " + schema::quote_identifier(slot) + " LOGICAL " +
@@ -84,6 +85,9 @@ io::Task<void> ReplicationConnection::start(std::string slot, schema::Lsn start,
                       "', publication_names " + publication_names_option(publications);
     if (v >= 140000) {
         sql += ", messages 'true'";
+        if (binary) {
+            sql += ", binary 'true'";
+        }
     }
     sql += ")";
     co_await conn_.copy_both_start(std::move(sql));

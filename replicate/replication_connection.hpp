@@ -52,7 +52,7 @@ public:
     /// START_REPLICATION SLOT name LOGICAL start (proto_version, publication_names, messages).
     /// Negotiates the highest protocol version this server speaks. Suspends.
     io::Task<void> start(std::string slot, schema::Lsn start,
-                         std::vector<std::string> publications);
+                         std::vector<std::string> publications, bool binary);
 
     /// The pgoutput protocol version `start` asked for.
     int proto_version() const { return proto_version_; }

@@ -70,15 +70,20 @@ std::string SnapshotCopier::page_query(const SourceTable& st, const std::vector<
     }
     std::string sql = "COPY (SELECT " + select + " FROM " + schema::quote_identifier(t.schema) +
                       "." + schema::quote_identifier(t.name);
+    std::string where = st.row_filter.empty() ? "" : "(" + st.row_filter + ")";
     if (!after.empty()) {
-        sql += " WHERE (" + keys + ") > (";
+        where += where.empty() ? "(" : " AND (";
+        where += keys + ") > (";
         for (std::size_t i = 0; i < after.size(); ++i) {
             if (i) {
-                sql += ", ";
+                where += ", ";
             }
-            sql += after[i];
+            where += after[i];
         }
-        sql += ")";
+        where += ")";
+    }
+    if (!where.empty()) {
+        sql += " WHERE " + where;
     }
     sql += " ORDER BY " + keys + " LIMIT " + std::to_string(limit) + ") TO STDOUT (FORMAT binary)";
     return sql;

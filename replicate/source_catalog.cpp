@@ -11,6 +11,8 @@ namespace pgtide::replicate {
 
 namespace {
 
+constexpr std::uint32_t kTextOid = 25;
+
 // Query parameters. A function, not a braced list at the call site: GCC 12 miscompiles
 // initializer lists inside co_await expressions ("array used as initializer").
 template <class... S> std::vector<std::optional<std::string>> params(S&&... s) {
@@ -122,6 +124,20 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
             st.table.columns.push_back(std::move(tc));
         }
 
+        // Row filters: a row is published when any publication's filter accepts it.
+        io::PgResult filters = co_await conn.exec_params(
+            "SELECT rowfilter FROM pg_publication_tables WHERE pubname = ANY($1::text[]) "
+            "AND schemaname = $2 AND tablename = $3",
+            params(text_array_literal(publications), st.table.schema, st.table.name));
+        for (int f = 0; f < filters.rows(); ++f) {
+            if (filters.is_null(f, 0)) {
+                st.row_filter.clear();
+                break;
+            }
+            st.row_filter += (st.row_filter.empty() ? "(" : " OR (") +
+                             std::string(filters.get(f, 0)) + ")";
+        }
+
         // Keys: the primary key, else the replica identity index, else the user's `key`.
         std::vector<std::string> key_names;
         if (ov && ov->key) {
@@ -214,8 +230,11 @@ schema::TypeRef SourceCatalog::resolve_cached(std::uint32_t oid) const {
         }
         oid = it->second.basetype;
     }
-    schema::TypeRef ref{oid, 0};
     const auto it = types_.find(oid);
+    if (it != types_.end() && it->second.typtype == 'e') {
+        return schema::TypeRef{kTextOid, 0}; // an enum's binary form is its label, as text
+    }
+    schema::TypeRef ref{oid, 0};
     if (it != types_.end() && it->second.category == 'A' && it->second.elem != 0) {
         ref.element_oid = resolve_cached(it->second.elem).oid;
     }

@@ -33,6 +33,9 @@ struct SourceTable {
     schema::Table table;
     std::vector<SourceColumn> columns; ///< parallel to table.columns
     std::int64_t estimated_rows = 0;   ///< pg_class.reltuples, for progress
+    /// The publications' row filters, OR-ed (a row is published when any accepts it); empty
+    /// when some publication publishes every row.
+    std::string row_filter;
 };
 
 /// Reads publications, columns, types and keys through an ordinary SQL connection.

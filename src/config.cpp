@@ -29,7 +29,7 @@ constexpr std::string_view kDestinationKeys[] = {"url", "deletes"};
 constexpr std::string_view kSnapshotKeys[] = {"parallel_tables", "page_rows",     "batch_rows",
                                               "batch_bytes",     "max_row_bytes", "max_attempts"};
 constexpr std::string_view kStreamKeys[] = {"heartbeat_interval", "status_interval",
-                                            "large_transactions"};
+                                            "large_transactions", "binary"};
 constexpr std::string_view kApplyKeys[] = {"flush_interval", "batch_rows", "batch_bytes"};
 constexpr std::string_view kMetricsKeys[] = {"listen"};
 constexpr std::string_view kLogKeys[] = {"format", "level"};
@@ -467,6 +467,7 @@ void read_stream(const Section& s, StreamConfig& stream) {
     assign(stream.heartbeat_interval, s.duration("heartbeat_interval"));
     assign(stream.status_interval, s.duration("status_interval"));
     assign(stream.large_transactions, s.word("large_transactions", kLargeTransactionsWords));
+    assign(stream.binary, s.boolean("binary"));
 }
 
 void read_apply(const Section& s, ApplyConfig& apply) {

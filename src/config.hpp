@@ -59,6 +59,8 @@ struct StreamConfig {
     std::chrono::milliseconds heartbeat_interval{10000};
     std::chrono::milliseconds status_interval{10000};
     enum class LargeTransactions { Stream, Off } large_transactions = LargeTransactions::Stream;
+    /// Ask pgoutput for binary column values when every published type has a binary decoder.
+    bool binary = false;
 
     bool operator==(const StreamConfig&) const = default;
 };
