@@ -68,6 +68,19 @@ io::Task<std::optional<SlotInfo>> read_slot(io::PgConnection& conn, std::string 
     co_return s;
 }
 
+// Source sessions of the pgtide process whose owner token is `owner`.
+io::Task<std::int64_t> count_sessions(io::PgConnection& conn, std::string owner) {
+    std::vector<std::optional<std::string>> params{"pgtide/" + owner};
+    io::PgResult r = co_await conn.exec_params(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", std::move(params));
+    co_return std::stoll(std::string(r.get(0, 0)));
+}
+
+io::Task<void> drop_slot(io::PgConnection& conn, std::string slot) {
+    std::vector<std::optional<std::string>> params{slot};
+    co_await conn.exec_params("SELECT pg_drop_replication_slot($1)", std::move(params));
+}
+
 bool is_connection_loss(const std::exception_ptr& e) {
     try {
         std::rethrow_exception(e);
@@ -132,6 +145,9 @@ Coordinator::Coordinator(RunOptions options) : options_(std::move(options)) {}
 
 io::Task<RunSummary> Coordinator::run() {
     const std::string owner = random_token();
+    // Every session of this process carries the owner token, so that a newcomer can tell a
+    // live owner from the lease of a dead one.
+    const std::string application_name = "pgtide/" + owner;
     io::WorkerThread writer("sqlite-writer");
     const std::string path = options_.sqlite_path;
     auto open_job = [path]() { return std::make_unique<SqliteDestination>(path); };
@@ -139,8 +155,8 @@ io::Task<RunSummary> Coordinator::run() {
     SqliteDestination* d = dest.get();
 
     // The source: catalog connection, target LSN for --once, published tables.
-    io::PgConnection catalog_conn =
-        co_await io::PgConnection::connect(options_.source_dsn, sql_connection_params());
+    io::PgConnection catalog_conn = co_await io::PgConnection::connect(
+        options_.source_dsn, sql_connection_params(application_name));
     std::optional<schema::Lsn> target;
     if (options_.once) {
         io::PgResult r = co_await catalog_conn.exec("SELECT pg_current_wal_insert_lsn()::text");
@@ -166,7 +182,7 @@ io::Task<RunSummary> Coordinator::run() {
     std::optional<Checkpoint> checkpoint = co_await writer.run(std::move(load_job));
 
     ReplicationConnection replication =
-        co_await ReplicationConnection::connect(options_.source_dsn);
+        co_await ReplicationConnection::connect(options_.source_dsn, application_name);
     const SourceIdentity identity = co_await replication.identify_system();
 
     if (checkpoint) {
@@ -187,17 +203,24 @@ io::Task<RunSummary> Coordinator::run() {
                                     " (a restored backup or a promoted standby); start a new "
                                     "destination or `pgtide run --resnapshot`");
         }
-        // While copying, a live owner holds no active slot: only its lease shows it is alive.
-        // While streaming, its slot is active (checked below), and the CAS fences the rest.
-        if (checkpoint->phase == Phase::Snapshot && checkpoint->owner != owner &&
-            checkpoint->lease_until_unix_ms > unix_ms_now()) {
-            throw DefiniteError(
-                ExitCode::Fenced,
-                "another pgtide process is copying into this destination (lease "
-                "for slot " +
-                    slot + " valid for " +
-                    std::to_string(checkpoint->lease_until_unix_ms - unix_ms_now()) +
-                    " ms more); stop it first, or wait for the lease to expire");
+        // A live owner keeps sessions named after its token on the source; the lease alone
+        // could be the leftover of a killed process.
+        if (checkpoint->owner != owner && checkpoint->lease_until_unix_ms > unix_ms_now()) {
+            // Sessions of a process that was just killed linger until their backends notice:
+            // give them 5 s.
+            std::int64_t sessions = co_await count_sessions(catalog_conn, checkpoint->owner);
+            for (int i = 0; i < 50 && sessions > 0; ++i) {
+                co_await io::sleep_for(std::chrono::milliseconds(100));
+                sessions = co_await count_sessions(catalog_conn, checkpoint->owner);
+            }
+            if (sessions > 0) {
+                throw DefiniteError(
+                    ExitCode::Fenced,
+                    "another pgtide process holds this destination (lease for slot " + slot +
+                        " valid for " +
+                        std::to_string(checkpoint->lease_until_unix_ms - unix_ms_now()) +
+                        " ms more, and its sessions are connected to the source); stop it first");
+            }
         }
     } else {
         Checkpoint fresh;
@@ -266,38 +289,88 @@ io::Task<RunSummary> Coordinator::run() {
                 throw DefiniteError(
                     ExitCode::SourceNotReady,
                     "replication slot " + slot +
-                        " already exists and this destination cannot prove it created it; drop "
-                        "it (SELECT pg_drop_replication_slot('" +
-                        slot +
+                        " already exists and this destination cannot prove it created it (" +
+                        (replaceable ? std::string("its position differs from the recorded one")
+                                     : "a " + slot_info->slot_type + " slot of plugin '" +
+                                           slot_info->plugin + "' in database '" +
+                                           slot_info->database + "'") +
+                        "); drop it (SELECT pg_drop_replication_slot('" + slot +
                         "')), choose another source.slot, or set existing_slot = "
                         "\"restart_snapshot\"");
             }
             io::log_info("dropping the slot of an unfinished snapshot", {{"slot", slot}});
-            std::vector<std::optional<std::string>> drop_params{slot};
-            co_await catalog_conn.exec_params("SELECT pg_drop_replication_slot($1)",
-                                              std::move(drop_params));
+            co_await drop_slot(catalog_conn, slot);
         }
-        const std::int64_t epoch = checkpoint->epoch + 1;
-        CreatedSlot created = co_await replication.create_slot(slot, options_.temporary_slot);
-        io::log_info("created replication slot", {{"slot", slot},
-                                                  {"lsn", created.consistent_lsn.str()},
-                                                  {"epoch", std::to_string(epoch)}});
-        co_await applier.start_epoch(epoch, created.consistent_lsn);
-
-        SnapshotOptions snapshot_options;
-        snapshot_options.parallel_tables = options_.parallel_tables;
-        snapshot_options.page_rows = options_.page_rows;
-        snapshot_options.batch_rows = options_.batch_rows;
-        snapshot_options.batch_bytes = options_.batch_bytes;
-        snapshot_options.max_row_bytes = options_.max_row_bytes;
-        SnapshotCopier copier(options_.source_dsn, created.snapshot_name, source_tables,
-                              snapshot_options);
-        io::Channel<ApplyWork> channel(std::size_t(2 * std::max(1, options_.parallel_tables)));
-        // A failure here abandons the epoch: the next run proves the slot ours and starts over.
-        co_await io::when_all(produce_copy(&copier, &channel), consume(&applier, &channel));
-        co_await applier.complete_snapshot();
-        io::log_info("snapshot complete", {{"epoch", std::to_string(epoch)},
-                                           {"rows", std::to_string(applier.stats().rows_copied)}});
+        // Each attempt is an epoch of its own: a lost connection abandons it (its slot is
+        // ours, so it is dropped) and the next attempt starts over under a new slot. An
+        // exported snapshot that expired is never reused.
+        for (int attempt = 1;; ++attempt) {
+            std::exception_ptr error;
+            const std::int64_t epoch = applier.checkpoint().epoch + 1;
+            try {
+                CreatedSlot created =
+                    co_await replication.create_slot(slot, options_.temporary_slot);
+                io::log_info("created replication slot", {{"slot", slot},
+                                                          {"lsn", created.consistent_lsn.str()},
+                                                          {"epoch", std::to_string(epoch)}});
+                co_await applier.start_epoch(epoch, created.consistent_lsn);
+                SnapshotOptions snapshot_options;
+                snapshot_options.parallel_tables = options_.parallel_tables;
+                snapshot_options.page_rows = options_.page_rows;
+                snapshot_options.batch_rows = options_.batch_rows;
+                snapshot_options.batch_bytes = options_.batch_bytes;
+                snapshot_options.max_row_bytes = options_.max_row_bytes;
+                snapshot_options.application_name = application_name;
+                snapshot_options.stop_requested = &stop_requested_;
+                SnapshotCopier copier(options_.source_dsn, created.snapshot_name, source_tables,
+                                      snapshot_options);
+                io::Channel<ApplyWork> channel(
+                    std::size_t(2 * std::max(1, options_.parallel_tables)));
+                co_await io::when_all(produce_copy(&copier, &channel), consume(&applier, &channel));
+                co_await applier.complete_snapshot();
+                io::log_info("snapshot complete",
+                             {{"epoch", std::to_string(epoch)},
+                              {"rows", std::to_string(applier.stats().rows_copied)}});
+            } catch (...) {
+                error = std::current_exception();
+            }
+            if (!error) {
+                break;
+            }
+            co_await applier.abort();
+            if (stop_requested_) {
+                io::log_info("stopped during the snapshot; the next run starts a new epoch");
+                break;
+            }
+            if (!is_connection_loss(error) || attempt >= options_.max_attempts) {
+                std::rethrow_exception(error);
+            }
+            try {
+                std::rethrow_exception(error);
+            } catch (const std::exception& e) {
+                io::log_warn("lost a source connection during the snapshot; starting a new epoch",
+                             {{"epoch", std::to_string(epoch)},
+                              {"attempt", std::to_string(attempt)},
+                              {"error", e.what()}});
+            }
+            replication.connection().close();
+            catalog_conn.close();
+            co_await io::sleep_for(std::chrono::milliseconds(200 * attempt));
+            catalog_conn = co_await io::PgConnection::connect(
+                options_.source_dsn, sql_connection_params(application_name));
+            replication =
+                co_await ReplicationConnection::connect(options_.source_dsn, application_name);
+            // The abandoned epoch's slot was created by this process: drop it once its
+            // walsender has let go of it.
+            std::optional<SlotInfo> abandoned = co_await read_slot(catalog_conn, slot);
+            for (int i = 0; i < 50 && abandoned && abandoned->active; ++i) {
+                co_await io::sleep_for(std::chrono::milliseconds(100));
+                abandoned = co_await read_slot(catalog_conn, slot);
+            }
+            if (abandoned) {
+                co_await drop_slot(catalog_conn, slot);
+            }
+        }
     } else if (!slot_info) {
         throw DefiniteError(ExitCode::SlotLost,
                             "replication slot " + slot +
@@ -312,7 +385,7 @@ io::Task<RunSummary> Coordinator::run() {
     }
 
     // Streaming, with reconnects.
-    if (target) {
+    if (target && !stop_requested_) {
         try {
             co_await catalog_conn.exec(std::string("SELECT pg_logical_emit_message(false, '") +
                                        kOnceMarkerPrefix + "', '')");
@@ -340,11 +413,12 @@ io::Task<RunSummary> Coordinator::run() {
             : std::nullopt;
     std::mt19937_64 jitter(std::random_device{}());
     bool connected = true;
-    for (;;) {
+    while (!stop_requested_) {
         std::exception_ptr error;
         try {
             if (!connected) {
-                replication = co_await ReplicationConnection::connect(options_.source_dsn);
+                replication =
+                    co_await ReplicationConnection::connect(options_.source_dsn, application_name);
                 connected = true;
             }
             const schema::Lsn start = applier.checkpoint().lsn;

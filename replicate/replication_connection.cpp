@@ -42,9 +42,10 @@ std::string publication_names_option(const std::vector<std::string>& publication
     return sql_literal(names);
 }
 
-io::Task<ReplicationConnection> ReplicationConnection::connect(std::string dsn) {
-    io::PgConnection conn =
-        co_await io::PgConnection::connect(std::move(dsn), replication_connection_params());
+io::Task<ReplicationConnection> ReplicationConnection::connect(std::string dsn,
+                                                               std::string application_name) {
+    io::PgConnection conn = co_await io::PgConnection::connect(
+        std::move(dsn), replication_connection_params(application_name));
     co_return ReplicationConnection(std::move(conn));
 }
 
@@ -76,8 +77,7 @@ io::Task<CreatedSlot> ReplicationConnection::create_slot(std::string name, bool 
 }
 
 io::Task<void> ReplicationConnection::start(std::string slot, schema::Lsn start,
-                                            std::vector<std::string> publications,
-                                            bool binary) {
+                                            std::vector<std::string> publications, bool binary) {
     const int v = conn_.server_version();
     proto_version_ = v >= 160000 ? 4 : v >= 150000 ? 3 : v >= 140000 ? 2 : 1;
     std::string sql = "START_REPLICATION SLOT " + schema::quote_identifier(slot) + " LOGICAL " +

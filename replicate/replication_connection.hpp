@@ -39,7 +39,8 @@ class ReplicationConnection {
 public:
     /// Opens a `replication=database` connection with pgtide's session settings. Throws
     /// io::PgError. Suspends.
-    static io::Task<ReplicationConnection> connect(std::string dsn);
+    static io::Task<ReplicationConnection> connect(std::string dsn,
+                                                   std::string application_name = "pgtide");
 
     /// IDENTIFY_SYSTEM. Suspends.
     io::Task<SourceIdentity> identify_system();
@@ -51,8 +52,8 @@ public:
 
     /// START_REPLICATION SLOT name LOGICAL start (proto_version, publication_names, messages).
     /// Negotiates the highest protocol version this server speaks. Suspends.
-    io::Task<void> start(std::string slot, schema::Lsn start,
-                         std::vector<std::string> publications, bool binary);
+    io::Task<void> start(std::string slot, schema::Lsn start, std::vector<std::string> publications,
+                         bool binary);
 
     /// The pgoutput protocol version `start` asked for.
     int proto_version() const { return proto_version_; }

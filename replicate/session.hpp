@@ -14,16 +14,20 @@ inline constexpr const char* kSessionOptions =
     "-c statement_timeout=0";
 
 /// Connection parameters for an ordinary SQL connection (catalog queries, snapshot readers).
-inline std::vector<std::pair<std::string, std::string>> sql_connection_params() {
-    return {
-        {"options", kSessionOptions}, {"client_encoding", "UTF8"}, {"application_name", "pgtide"}};
+/// `application_name` carries the process's owner token while it runs (see Coordinator).
+inline std::vector<std::pair<std::string, std::string>>
+sql_connection_params(const std::string& application_name = "pgtide") {
+    return {{"options", kSessionOptions},
+            {"client_encoding", "UTF8"},
+            {"application_name", application_name}};
 }
 
 /// Connection parameters for a logical walsender connection.
-inline std::vector<std::pair<std::string, std::string>> replication_connection_params() {
+inline std::vector<std::pair<std::string, std::string>>
+replication_connection_params(const std::string& application_name = "pgtide") {
     return {{"options", kSessionOptions},
             {"client_encoding", "UTF8"},
-            {"application_name", "pgtide"},
+            {"application_name", application_name},
             {"replication", "database"}};
 }
 

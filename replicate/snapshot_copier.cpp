@@ -99,7 +99,8 @@ io::Task<void> SnapshotCopier::run(io::Channel<ApplyWork>& out) {
 }
 
 io::Task<void> SnapshotCopier::reader(SnapshotCopier* self, io::Channel<ApplyWork>* out) {
-    io::PgConnection conn = co_await io::PgConnection::connect(self->dsn_, sql_connection_params());
+    io::PgConnection conn = co_await io::PgConnection::connect(
+        self->dsn_, sql_connection_params(self->options_.application_name));
     co_await conn.exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
     co_await conn.exec("SET TRANSACTION SNAPSHOT " + conn.escape_literal(self->snapshot_name_));
     while (self->next_table_ < self->tables_.size()) {
@@ -121,6 +122,9 @@ io::Task<void> SnapshotCopier::copy_table(io::PgConnection& conn, std::size_t in
     std::uint64_t batch_bytes = 0;
     std::vector<std::optional<std::string_view>> fields;
     for (;;) {
+        if (options_.stop_requested != nullptr && *options_.stop_requested) {
+            throw StopRequested();
+        }
         co_await conn.copy_out_start(page_query(st, after, options_.page_rows));
         schema::BinaryCopyParser parser;
         std::int64_t in_page = 0;

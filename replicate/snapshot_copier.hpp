@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,14 @@ struct SnapshotOptions {
     std::int64_t batch_rows = 512;
     std::uint64_t batch_bytes = 4u << 20;
     std::uint64_t max_row_bytes = 64u << 20;
+    std::string application_name = "pgtide";
+    const bool* stop_requested = nullptr; ///< checked between pages; stops with StopRequested
+};
+
+/// The copy was stopped on request (SIGINT/SIGTERM) before it finished.
+class StopRequested : public std::runtime_error {
+public:
+    StopRequested() : std::runtime_error("stopped on request during the snapshot") {}
 };
 
 class SnapshotCopier {

@@ -134,8 +134,8 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
                 st.row_filter.clear();
                 break;
             }
-            st.row_filter += (st.row_filter.empty() ? "(" : " OR (") +
-                             std::string(filters.get(f, 0)) + ")";
+            st.row_filter +=
+                (st.row_filter.empty() ? "(" : " OR (") + std::string(filters.get(f, 0)) + ")";
         }
 
         // Keys: the primary key, else the replica identity index, else the user's `key`.

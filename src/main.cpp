@@ -12,8 +12,11 @@
 #include "io/when_all.hpp"
 #include "replicate/coordinator.hpp"
 #include "replicate/errors.hpp"
+#include "src/check_command.hpp"
 #include "src/command_line.hpp"
 #include "src/config.hpp"
+#include "src/drop_command.hpp"
+#include "src/status_command.hpp"
 
 namespace {
 
@@ -140,6 +143,39 @@ int main(int argc, char** argv) {
                 return int(ExitCode::Usage);
             }
             return run(cl, config);
+        case app::Command::Check: {
+            if (!config.destination.is_sqlite()) {
+                io::log_error("only sqlite: destinations are supported so far");
+                return int(ExitCode::Usage);
+            }
+            io::EventLoop loop;
+            const app::CheckReport report = io::sync_wait(loop, app::run_check(config));
+            std::fputs(app::format_check(report, cl.json).c_str(), stdout);
+            std::fflush(stdout);
+            return app::check_exit_code(report);
+        }
+        case app::Command::Status: {
+            if (!config.destination.is_sqlite()) {
+                io::log_error("only sqlite: destinations are supported so far");
+                return int(ExitCode::Usage);
+            }
+            io::EventLoop loop;
+            const app::StatusReport report = io::sync_wait(loop, app::run_status(config));
+            std::fputs(app::format_status(report, cl.json).c_str(), stdout);
+            std::fflush(stdout);
+            return app::status_exit_code(report);
+        }
+        case app::Command::Drop: {
+            if (!config.destination.is_sqlite()) {
+                io::log_error("only sqlite: destinations are supported so far");
+                return int(ExitCode::Usage);
+            }
+            io::EventLoop loop;
+            const app::DropReport report = io::sync_wait(loop, app::run_drop(config));
+            std::fputs(report.text.c_str(), stdout);
+            std::fflush(stdout);
+            return int(ExitCode::Ok);
+        }
         default:
             io::log_error("this command is not implemented yet; see `pgtide --help`");
             return int(ExitCode::Usage);

@@ -1,0 +1,71 @@
+// SlotInfo: a read-only look at one replication slot and the source's WAL position.
+#include "replicate/slot_info.hpp"
+
+#include <vector>
+
+#include "replicate/errors.hpp"
+
+namespace pgtide::replicate {
+
+namespace {
+
+constexpr const char* kCurrentLsn =
+    "CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END";
+
+std::optional<schema::Lsn> optional_lsn(const io::PgResult& r, int row, int col) {
+    if (r.is_null(row, col)) {
+        return std::nullopt;
+    }
+    return schema::Lsn::parse(r.get(row, col));
+}
+
+} // namespace
+
+io::Task<std::optional<SlotInfo>> read_slot_info(io::PgConnection& conn, std::string slot) {
+    const int v = conn.server_version();
+    const std::string invalidation =
+        v >= 170000   ? "coalesce(invalidation_reason, '')"
+        : v >= 160000 ? "CASE WHEN conflicting THEN 'conflicting' ELSE '' END"
+                      : "''";
+    std::vector<std::optional<std::string>> params{slot};
+    io::PgResult r = co_await conn.exec_params(
+        std::string("SELECT slot_type, coalesce(plugin, ''), coalesce(database, ''), temporary, "
+                    "active, active_pid, restart_lsn::text, confirmed_flush_lsn::text, "
+                    "coalesce(wal_status, ''), ") +
+            invalidation + ", pg_wal_lsn_diff(" + kCurrentLsn +
+            ", restart_lsn)::bigint FROM pg_replication_slots WHERE slot_name = $1",
+        std::move(params));
+    if (r.rows() == 0) {
+        co_return std::nullopt;
+    }
+    SlotInfo s;
+    s.name = slot;
+    s.slot_type = std::string(r.get(0, 0));
+    s.plugin = std::string(r.get(0, 1));
+    s.database = std::string(r.get(0, 2));
+    s.temporary = r.get(0, 3) == "t";
+    s.active = r.get(0, 4) == "t";
+    if (!r.is_null(0, 5)) {
+        s.active_pid = std::stoll(std::string(r.get(0, 5)));
+    }
+    s.restart_lsn = optional_lsn(r, 0, 6);
+    s.confirmed_flush = optional_lsn(r, 0, 7);
+    s.wal_status = std::string(r.get(0, 8));
+    s.invalidation_reason = std::string(r.get(0, 9));
+    if (!r.is_null(0, 10)) {
+        s.retained_bytes = std::stoll(std::string(r.get(0, 10)));
+    }
+    co_return s;
+}
+
+io::Task<schema::Lsn> current_wal_lsn(io::PgConnection& conn) {
+    io::PgResult r = co_await conn.exec(std::string("SELECT (") + kCurrentLsn + ")::text");
+    const auto lsn = schema::Lsn::parse(r.get(0, 0));
+    if (!lsn) {
+        throw InternalError("the source's WAL position '" + std::string(r.get(0, 0)) +
+                            "' is not an LSN");
+    }
+    co_return *lsn;
+}
+
+} // namespace pgtide::replicate

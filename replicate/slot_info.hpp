@@ -1,0 +1,38 @@
+// SlotInfo: a read-only look at one replication slot and the source's WAL position.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "io/pg_connection.hpp"
+#include "io/task.hpp"
+#include "schema/lsn.hpp"
+
+namespace pgtide::replicate {
+
+/// One row of pg_replication_slots, with the WAL it retains.
+struct SlotInfo {
+    std::string name;
+    std::string slot_type; ///< "logical" or "physical"
+    std::string plugin;    ///< "" for a physical slot
+    std::string database;  ///< "" for a physical slot
+    bool temporary = false;
+    bool active = false;
+    std::optional<std::int64_t> active_pid;
+    std::optional<schema::Lsn> restart_lsn;
+    std::optional<schema::Lsn> confirmed_flush;
+    std::string wal_status;          ///< reserved, extended, unreserved, lost; "" when unknown
+    std::string invalidation_reason; ///< PostgreSQL 17+ (16: "conflicting"); "" when valid
+    /// The source's WAL position minus restart_lsn: the WAL this slot keeps from recycling.
+    std::optional<std::int64_t> retained_bytes;
+};
+
+/// The slot named `slot`, or nullopt when the source has none. Suspends; throws io::PgError.
+io::Task<std::optional<SlotInfo>> read_slot_info(io::PgConnection& conn, std::string slot);
+
+/// The source's current WAL position: pg_current_wal_lsn(), or pg_last_wal_replay_lsn() on a
+/// standby. Suspends; throws io::PgError.
+io::Task<schema::Lsn> current_wal_lsn(io::PgConnection& conn);
+
+} // namespace pgtide::replicate
