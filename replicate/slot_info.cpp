@@ -23,10 +23,10 @@ std::optional<schema::Lsn> optional_lsn(const io::PgResult& r, int row, int col)
 
 io::Task<std::optional<SlotInfo>> read_slot_info(io::PgConnection& conn, std::string slot) {
     const int v = conn.server_version();
-    const std::string invalidation =
-        v >= 170000   ? "coalesce(invalidation_reason, '')"
-        : v >= 160000 ? "CASE WHEN conflicting THEN 'conflicting' ELSE '' END"
-                      : "''";
+    const std::string invalidation = v >= 170000 ? "coalesce(invalidation_reason, '')"
+                                     : v >= 160000
+                                         ? "CASE WHEN conflicting THEN 'conflicting' ELSE '' END"
+                                         : "''";
     std::vector<std::optional<std::string>> params{slot};
     io::PgResult r = co_await conn.exec_params(
         std::string("SELECT slot_type, coalesce(plugin, ''), coalesce(database, ''), temporary, "

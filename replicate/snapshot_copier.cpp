@@ -66,10 +66,11 @@ std::string SnapshotCopier::page_query(const SourceTable& st, const std::vector<
         if (i) {
             keys += ", ";
         }
-        keys += schema::quote_identifier(t.columns[t.key_columns[i]].name);
+        // Qualified: the key's ::text copy in the select list has the same output name.
+        keys += "src." + schema::quote_identifier(t.columns[t.key_columns[i]].name);
     }
     std::string sql = "COPY (SELECT " + select + " FROM " + schema::quote_identifier(t.schema) +
-                      "." + schema::quote_identifier(t.name);
+                      "." + schema::quote_identifier(t.name) + " AS src";
     std::string where = st.row_filter.empty() ? "" : "(" + st.row_filter + ")";
     if (!after.empty()) {
         where += where.empty() ? "(" : " AND (";

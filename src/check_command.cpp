@@ -161,8 +161,8 @@ CheckVerdict identity_verdict(const IdentityRow& t, const std::vector<std::strin
                "per update and delete)";
         break;
     case 'i':
-        what = "REPLICA IDENTITY USING INDEX " + t.index_name + ": deletes and key changes carry (" +
-               join(t.identity_cols) + ")";
+        what = "REPLICA IDENTITY USING INDEX " + t.index_name +
+               ": deletes and key changes carry (" + join(t.identity_cols) + ")";
         break;
     default:
         what = "REPLICA IDENTITY DEFAULT: deletes and key changes carry the primary key (" +
@@ -270,10 +270,10 @@ io::Task<void> check_source(Config config, std::optional<replicate::Checkpoint> 
     if (max_senders - used_senders >= senders_needed) {
         out->push_back(ok("max_wal_senders", senders_msg));
     } else {
-        out->push_back(fail("max_wal_senders", senders_msg,
-                            "ALTER SYSTEM SET max_wal_senders = " +
-                                std::to_string(used_senders + senders_needed) +
-                                "; then restart PostgreSQL"));
+        out->push_back(fail(
+            "max_wal_senders", senders_msg,
+            "ALTER SYSTEM SET max_wal_senders = " + std::to_string(used_senders + senders_needed) +
+                "; then restart PostgreSQL"));
     }
 
     const bool role_ok = superuser || replication;
@@ -291,16 +291,14 @@ io::Task<void> check_source(Config config, std::optional<replicate::Checkpoint> 
                                                                    "pgtide check");
             const replicate::SourceIdentity id = co_await rc.identify_system();
             rc.connection().close();
-            out->push_back(ok("replication connection",
-                              "IDENTIFY_SYSTEM works (system " + id.system_identifier +
-                                  ", timeline " + std::to_string(id.timeline) + ", database " +
-                                  id.database + ")"));
+            out->push_back(ok("replication connection", "IDENTIFY_SYSTEM works (system " +
+                                                            id.system_identifier + ", timeline " +
+                                                            std::to_string(id.timeline) +
+                                                            ", database " + id.database + ")"));
         } catch (const io::PgError& e) {
             out->push_back(fail("replication connection",
-                                std::string("a replication=database connection fails: ") +
-                                    e.what(),
-                                "pg_hba.conf must let role " + role + " into database " +
-                                    database +
+                                std::string("a replication=database connection fails: ") + e.what(),
+                                "pg_hba.conf must let role " + role + " into database " + database +
                                     " (logical replication connections match the database, "
                                     "not the `replication` keyword)"));
         }
@@ -329,9 +327,9 @@ io::Task<void> check_source(Config config, std::optional<replicate::Checkpoint> 
         const std::string count(p.get(0, 1));
         if (count == "0") {
             publications_ok = false;
-            out->push_back(fail(check, "publication \"" + pub + "\" lists no tables",
-                                "ALTER PUBLICATION " + schema::quote_identifier(pub) +
-                                    " ADD TABLE ..."));
+            out->push_back(
+                fail(check, "publication \"" + pub + "\" lists no tables",
+                     "ALTER PUBLICATION " + schema::quote_identifier(pub) + " ADD TABLE ..."));
             continue;
         }
         out->push_back(ok(check, "publication \"" + pub + "\" lists " + count + " table" +
@@ -352,17 +350,16 @@ io::Task<void> check_source(Config config, std::optional<replicate::Checkpoint> 
             "format('%I.%I', schemaname, tablename), 'SELECT') ORDER BY 1",
             std::move(params));
         if (denied.rows() == 0) {
-            out->push_back(ok("select privilege", "role " + role +
-                                                      " can SELECT from every published table"));
+            out->push_back(
+                ok("select privilege", "role " + role + " can SELECT from every published table"));
         } else {
             std::vector<std::string> names;
             for (int i = 0; i < denied.rows(); ++i) {
                 names.emplace_back(denied.get(i, 0));
             }
-            out->push_back(fail("select privilege",
-                                "role " + role + " cannot SELECT from " + join(names),
-                                "GRANT SELECT ON " + join(names) + " TO " +
-                                    schema::quote_identifier(role)));
+            out->push_back(
+                fail("select privilege", "role " + role + " cannot SELECT from " + join(names),
+                     "GRANT SELECT ON " + join(names) + " TO " + schema::quote_identifier(role)));
         }
     }
 
@@ -389,8 +386,8 @@ io::Task<void> check_source(Config config, std::optional<replicate::Checkpoint> 
         co_await read_identities(conn, config.source.publications);
     for (const auto& t : identities) {
         const auto it = keys.find(t.schema_name + "." + t.table);
-        out->push_back(identity_verdict(t, it == keys.end() ? std::vector<std::string>{}
-                                                            : it->second));
+        out->push_back(
+            identity_verdict(t, it == keys.end() ? std::vector<std::string>{} : it->second));
     }
 
     // The destination's identity and the slot.
@@ -399,16 +396,15 @@ io::Task<void> check_source(Config config, std::optional<replicate::Checkpoint> 
             out->push_back(fail("destination identity",
                                 "the destination was filled from system " +
                                     checkpoint->system_identifier + ", database " +
-                                    checkpoint->database + ", but the source is system " +
-                                    system + ", database " + database,
+                                    checkpoint->database + ", but the source is system " + system +
+                                    ", database " + database,
                                 "use a new destination or fix source.dsn", ExitCode::Fenced));
             co_return; // the slot of that name is not this destination's
         }
         out->push_back(ok("destination identity",
-                          "the destination follows this source (system " + system +
-                              ", database " + database + ") in epoch " +
-                              std::to_string(checkpoint->epoch) + ", phase " +
-                              replicate::to_string(checkpoint->phase) + ", at " +
+                          "the destination follows this source (system " + system + ", database " +
+                              database + ") in epoch " + std::to_string(checkpoint->epoch) +
+                              ", phase " + replicate::to_string(checkpoint->phase) + ", at " +
                               checkpoint->lsn.str()));
     }
     const std::string slot_name = config.source.slot;
@@ -428,22 +424,21 @@ io::Task<void> check_source(Config config, std::optional<replicate::Checkpoint> 
         co_return;
     }
     const std::string drop_sql = "SELECT pg_drop_replication_slot('" + slot_name + "')";
-    if (slot->slot_type != "logical" || slot->plugin != "pgoutput" ||
-        slot->database != database) {
+    if (slot->slot_type != "logical" || slot->plugin != "pgoutput" || slot->database != database) {
         out->push_back(fail(slot_check,
-                            "replication slot " + slot_name + " is a " + slot->slot_type +
-                                " slot" + (slot->plugin.empty() ? "" : " of plugin " + slot->plugin) +
+                            "replication slot " + slot_name + " is a " + slot->slot_type + " slot" +
+                                (slot->plugin.empty() ? "" : " of plugin " + slot->plugin) +
                                 (slot->database.empty() ? "" : " in database " + slot->database) +
                                 ", not a pgoutput slot of " + database,
                             "choose another source.slot"));
         co_return;
     }
     const bool lost = slot->wal_status == "lost" || !slot->invalidation_reason.empty();
-    std::string state = std::string(slot->active ? "active (walsender pid " +
-                                                       std::to_string(slot->active_pid.value_or(0)) +
-                                                       ")"
-                                                 : "inactive") +
-                        ", wal_status " + (slot->wal_status.empty() ? "unknown" : slot->wal_status);
+    std::string state =
+        std::string(slot->active ? "active (walsender pid " +
+                                       std::to_string(slot->active_pid.value_or(0)) + ")"
+                                 : "inactive") +
+        ", wal_status " + (slot->wal_status.empty() ? "unknown" : slot->wal_status);
     if (slot->retained_bytes) {
         state += ", retains " + std::to_string(*slot->retained_bytes) + " bytes of WAL";
     }
@@ -457,11 +452,11 @@ io::Task<void> check_source(Config config, std::optional<replicate::Checkpoint> 
     if (!ours) {
         if (config.source.existing_slot == SourceConfig::ExistingSlot::RestartSnapshot &&
             !slot->active) {
-            out->push_back(warn(slot_check,
-                                "replication slot " + slot_name + " exists (" + state +
-                                    ") and this destination cannot prove it created it; "
-                                    "existing_slot = \"restart_snapshot\" will replace it and "
-                                    "copy everything again"));
+            out->push_back(
+                warn(slot_check, "replication slot " + slot_name + " exists (" + state +
+                                     ") and this destination cannot prove it created it; "
+                                     "existing_slot = \"restart_snapshot\" will replace it and "
+                                     "copy everything again"));
         } else {
             out->push_back(fail(slot_check,
                                 "replication slot " + slot_name + " exists (" + state +
@@ -473,15 +468,13 @@ io::Task<void> check_source(Config config, std::optional<replicate::Checkpoint> 
         co_return;
     }
     if (lost) {
-        out->push_back(fail(slot_check,
-                            "replication slot " + slot_name +
-                                " was invalidated by the server (" + state +
-                                (slot->invalidation_reason.empty()
-                                     ? ""
-                                     : ", reason " + slot->invalidation_reason) +
-                                ")",
-                            "`pgtide run --resnapshot` copies everything again into a new epoch",
-                            ExitCode::SlotLost));
+        out->push_back(fail(
+            slot_check,
+            "replication slot " + slot_name + " was invalidated by the server (" + state +
+                (slot->invalidation_reason.empty() ? "" : ", reason " + slot->invalidation_reason) +
+                ")",
+            "`pgtide run --resnapshot` copies everything again into a new epoch",
+            ExitCode::SlotLost));
     } else if (slot->wal_status == "unreserved") {
         out->push_back(warn(slot_check,
                             "replication slot " + slot_name + " is this destination's (" + state +
@@ -489,8 +482,8 @@ io::Task<void> check_source(Config config, std::optional<replicate::Checkpoint> 
                                 "at the next checkpoint",
                             "run pgtide now, or raise max_slot_wal_keep_size"));
     } else {
-        out->push_back(ok(slot_check, "replication slot " + slot_name +
-                                          " is this destination's (" + state + ")"));
+        out->push_back(ok(slot_check, "replication slot " + slot_name + " is this destination's (" +
+                                          state + ")"));
     }
 }
 

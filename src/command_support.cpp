@@ -1,13 +1,14 @@
-// What `check`, `status` and `drop` share: a read-only look at the SQLite destination, and JSON text.
+// What `check`, `status` and `drop` share: a read-only look at the SQLite destination, and JSON
+// text.
 #include "src/command_support.hpp"
 
 #include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
 
+#include <ctime>
 #include <sqlite3.h>
 #include <unistd.h>
 
@@ -31,10 +32,9 @@ class Reader {
 public:
     explicit Reader(const std::string& path) : path_(path) {
         sqlite3* raw = nullptr;
-        const int rc = sqlite3_open_v2(path.c_str(), &raw,
-                                       SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX |
-                                           SQLITE_OPEN_EXRESCODE,
-                                       nullptr);
+        const int rc = sqlite3_open_v2(
+            path.c_str(), &raw, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE,
+            nullptr);
         db_.reset(raw);
         if (rc != SQLITE_OK) {
             fail(rc, "opening it read-only");
@@ -206,9 +206,8 @@ DestinationProbe probe_destination(const std::string& path) {
         return p;
     }
     if (::access(dir.c_str(), W_OK | X_OK) != 0) {
-        p.message = "directory " + dir.string() +
-                    " is not writable by this user (SQLite creates " + path + "-wal and " + path +
-                    "-shm beside the file)";
+        p.message = "directory " + dir.string() + " is not writable by this user (SQLite creates " +
+                    path + "-wal and " + path + "-shm beside the file)";
         p.fix = "grant write access to the directory or choose another destination.url";
         return p;
     }

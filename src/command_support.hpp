@@ -1,4 +1,5 @@
-// What `check`, `status` and `drop` share: a read-only look at the SQLite destination, and JSON text.
+// What `check`, `status` and `drop` share: a read-only look at the SQLite destination, and JSON
+// text.
 #pragma once
 
 #include <cstdint>

@@ -4,7 +4,8 @@
 //   1. the destination's checkpoint row names the slot;
 //   2. the source is the cluster and database the row recorded (system identifier, database):
 //      a DSN pointing elsewhere must never drop a slot another destination streams from;
-//   3. no pgtide holds the destination's lease (a run that is copying or reconnecting);
+//   3. no live pgtide holds the destination's lease (a run that is copying or reconnecting;
+//      a lease whose owner has no session on the source is stale);
 //   4. the slot is logical, `pgoutput`, in that database, and not active;
 //   5. the slot has not confirmed past the checkpoint (pgtide never confirms beyond its durable
 //      checkpoint, so a slot that has was advanced by someone else).
@@ -88,18 +89,28 @@ io::Task<DropReport> run_drop(Config config) {
     }
     if (!info) {
         report.text = "nothing to drop: replication slot " + slot +
-                      " does not exist on the source (system " + system + ", database " +
-                      database + ")\n" + kept_line(path, view) +
+                      " does not exist on the source (system " + system + ", database " + database +
+                      ")\n" + kept_line(path, view) +
                       "next: `pgtide run --resnapshot` copies everything again into a new slot "
                       "and epoch; or delete " +
                       path + " to start over\n";
         co_return report;
     }
+    // A fresh lease whose owner has no session on the source is stale (a killed process): its
+    // sessions carry application_name "pgtide/<owner token>".
+    std::int64_t owner_sessions = 0;
     if (cp.lease_until_unix_ms > unix_ms_now()) {
-        throw DefiniteError(ExitCode::Fenced,
-                            "a pgtide process holds sqlite:" + path + " (lease until " +
-                                format_unix_ms(cp.lease_until_unix_ms) +
-                                "); stop it first, then drop the slot");
+        std::vector<std::optional<std::string>> params{"pgtide/" + cp.owner};
+        io::PgResult r = co_await conn.exec_params(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+            std::move(params));
+        owner_sessions = std::stoll(std::string(r.get(0, 0)));
+    }
+    if (cp.lease_until_unix_ms > unix_ms_now() && owner_sessions > 0) {
+        throw DefiniteError(ExitCode::Fenced, "a pgtide process holds sqlite:" + path +
+                                                  " (lease until " +
+                                                  format_unix_ms(cp.lease_until_unix_ms) +
+                                                  "); stop it first, then drop the slot");
     }
     if (info->active) {
         throw DefiniteError(ExitCode::Fenced,
@@ -107,8 +118,7 @@ io::Task<DropReport> run_drop(Config config) {
                                 std::to_string(info->active_pid.value_or(0)) +
                                 "); stop the process streaming from it first, then drop it");
     }
-    if (info->slot_type != "logical" || info->plugin != "pgoutput" ||
-        info->database != database) {
+    if (info->slot_type != "logical" || info->plugin != "pgoutput" || info->database != database) {
         throw DefiniteError(ExitCode::Fenced,
                             "replication slot " + slot + " is a " + info->slot_type + " slot" +
                                 (info->plugin.empty() ? "" : " of plugin " + info->plugin) +
@@ -137,9 +147,9 @@ io::Task<DropReport> run_drop(Config config) {
         co_await conn.exec_params("SELECT pg_drop_replication_slot($1)", std::move(params));
     } catch (const io::PgError& e) {
         if (e.sqlstate == "55006") { // object_in_use: a walsender took it meanwhile
-            throw DefiniteError(ExitCode::Fenced, "replication slot " + slot +
-                                                      " became active while dropping it: " +
-                                                      e.what());
+            throw DefiniteError(ExitCode::Fenced,
+                                "replication slot " + slot +
+                                    " became active while dropping it: " + e.what());
         }
         throw;
     }

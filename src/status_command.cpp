@@ -108,12 +108,11 @@ std::string format_status(const StatusReport& r, bool json) {
                  ",\"phase\":" + json_quote(replicate::to_string(cp->phase)) +
                  ",\"system_identifier\":" + json_quote(cp->system_identifier) +
                  ",\"timeline\":" + std::to_string(cp->timeline) +
-                 ",\"database\":" + json_quote(cp->database) + ",\"owner\":" +
-                 json_quote(cp->owner) + ",\"lease_until\":" +
+                 ",\"database\":" + json_quote(cp->database) +
+                 ",\"owner\":" + json_quote(cp->owner) + ",\"lease_until\":" +
                  (cp->lease_until_unix_ms > 0 ? json_quote(format_unix_ms(cp->lease_until_unix_ms))
                                               : std::string("null")) +
-                 ",\"lease_held\":" +
-                 (cp->lease_until_unix_ms > now ? "true" : "false") +
+                 ",\"lease_held\":" + (cp->lease_until_unix_ms > now ? "true" : "false") +
                  ",\"updated_at\":" + json_quote(format_unix_ms(cp->updated_at_unix_ms)) + "}";
         } else {
             o += "null";
@@ -129,8 +128,9 @@ std::string format_status(const StatusReport& r, bool json) {
         o += ",\"replication_slot\":";
         if (r.slot_info) {
             const auto& s = *r.slot_info;
-            o += "{\"name\":" + json_quote(s.name) + ",\"exists\":true,\"active\":" +
-                 (s.active ? "true" : "false") + ",\"active_pid\":" + json_opt_int(s.active_pid) +
+            o += "{\"name\":" + json_quote(s.name) +
+                 ",\"exists\":true,\"active\":" + (s.active ? "true" : "false") +
+                 ",\"active_pid\":" + json_opt_int(s.active_pid) +
                  ",\"wal_status\":" + (s.wal_status.empty() ? "null" : json_quote(s.wal_status)) +
                  ",\"invalidation_reason\":" +
                  (s.invalidation_reason.empty() ? "null" : json_quote(s.invalidation_reason)) +
@@ -215,8 +215,8 @@ std::string format_status(const StatusReport& r, bool json) {
             o += "  " + t.progress.source_table + " -> " + t.progress.target_table + ": " +
                  replicate::to_string(t.progress.state) + ", epoch " +
                  std::to_string(t.progress.epoch) + ", copied " +
-                 std::to_string(t.progress.rows_copied) + " rows at " +
-                 t.progress.copy_lsn.str() + ", " +
+                 std::to_string(t.progress.rows_copied) + " rows at " + t.progress.copy_lsn.str() +
+                 ", " +
                  (t.rows ? std::to_string(*t.rows) + " rows now" : std::string("table missing")) +
                  "\n";
         }

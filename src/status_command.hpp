@@ -17,13 +17,13 @@ struct StatusReport {
     std::string destination_url;
     DestinationView destination;
     bool source_reachable = false;
-    std::string source_error;                ///< why the source could not be read
-    std::optional<schema::Lsn> source_lsn;   ///< pg_current_wal_lsn()
+    std::string source_error;              ///< why the source could not be read
+    std::optional<schema::Lsn> source_lsn; ///< pg_current_wal_lsn()
     std::optional<std::string> source_system;
     std::optional<std::string> source_database;
     std::optional<replicate::SlotInfo> slot_info;
-    std::optional<std::int64_t> lag_bytes;   ///< source_lsn - checkpoint lsn
-    std::optional<double> lag_seconds;       ///< 0 when caught up; the walsender's flush_lag
+    std::optional<std::int64_t> lag_bytes; ///< source_lsn - checkpoint lsn
+    std::optional<double> lag_seconds;     ///< 0 when caught up; the walsender's flush_lag
 };
 
 /// Reads the destination read-only (works while `pgtide run` holds it), then the source: its WAL

@@ -16,7 +16,7 @@
 namespace pgtide::testing {
 namespace {
 
-constexpr int kValueRows = 4;       // rows 1..4 hold values; row 5 is NULL in every column
+constexpr int kValueRows = 4; // rows 1..4 hold values; row 5 is NULL in every column
 constexpr int kRows = kValueRows + 1;
 constexpr int kTextStreamOffset = 100;   // the same values again, streamed as text
 constexpr int kBinaryStreamOffset = 200; // and again, streamed as binary
@@ -30,23 +30,21 @@ const std::string kNumeric1000 = [] {
     }
     return out + ".123456789";
 }();
-const std::string kNumeric1000Sql =
-    "('9' || repeat('0123456789', 99) || '.123456789')::numeric";
+const std::string kNumeric1000Sql = "('9' || repeat('0123456789', 99) || '.123456789')::numeric";
 
 struct Column {
     std::string name;
     std::string type;
-    std::string sqlite_type;             // the declared SQLite type
-    bool binary;                         // has a binary decoder (else text in every path)
-    std::vector<std::string> values;     // SQL expressions for rows 1..kValueRows
+    std::string sqlite_type;         // the declared SQLite type
+    bool binary;                     // has a binary decoder (else text in every path)
+    std::vector<std::string> values; // SQL expressions for rows 1..kValueRows
 };
 
 std::vector<Column> columns(int pg_major) {
     const std::string all_bytes = "(SELECT decode(string_agg(lpad(to_hex(g), 2, '0'), '' ORDER "
                                   "BY g), 'hex') FROM generate_series(0, 255) g)";
     // Infinite intervals exist from PostgreSQL 17 on.
-    const std::string interval4 =
-        pg_major >= 17 ? "'infinity'" : "'2562047788:00:54.775807'";
+    const std::string interval4 = pg_major >= 17 ? "'infinity'" : "'2562047788:00:54.775807'";
     return {
         {"c_bool", "boolean", "INTEGER", true, {"true", "false", "true", "false"}},
         {"c_int2", "int2", "INTEGER", true, {"32767", "-32768", "0", "1"}},
@@ -98,8 +96,7 @@ std::vector<Column> columns(int pg_major) {
          "json",
          "TEXT",
          true,
-         {R"('{"ü": "\u00e9 ✓ 𝄞", "n": 1.50,  "e": "\"q\""}')", "'[]'", R"('"str"')",
-          "'null'"}},
+         {R"('{"ü": "\u00e9 ✓ 𝄞", "n": 1.50,  "e": "\"q\""}')", "'[]'", R"('"str"')", "'null'"}},
         {"c_jsonb",
          "jsonb",
          "TEXT",
@@ -161,15 +158,17 @@ std::vector<Column> columns(int pg_major) {
          "float8[]",
          "TEXT",
          true,
-         {"'{1.5,NaN,Infinity,-Infinity,-0,5e-324}'", "'{}'", "'[-2:-1]={NULL,1e300}'",
-          "'{0.1}'"}},
-        {"c_float4_arr", "float4[]", "TEXT", true, {"'{1.1,NaN,-0}'", "'{}'", "'{0.3}'", "'{1e6}'"}},
+         {"'{1.5,NaN,Infinity,-Infinity,-0,5e-324}'", "'{}'", "'[-2:-1]={NULL,1e300}'", "'{0.1}'"}},
+        {"c_float4_arr",
+         "float4[]",
+         "TEXT",
+         true,
+         {"'{1.1,NaN,-0}'", "'{}'", "'{0.3}'", "'{1e6}'"}},
         {"c_numeric_arr",
          "numeric[]",
          "TEXT",
          true,
-         {"'{1.50,NaN,-0.001,Infinity}'", "'{}'", "ARRAY[" + kNumeric1000Sql + ", NULL]",
-          "'{0}'"}},
+         {"'{1.50,NaN,-0.001,Infinity}'", "'{}'", "ARRAY[" + kNumeric1000Sql + ", NULL]", "'{0}'"}},
         {"c_bool_arr", "bool[]", "TEXT", true, {"'{t,f,NULL}'", "'{}'", "'{{t},{f}}'", "'{t}'"}},
         {"c_tstz_arr",
          "timestamptz[]",
@@ -187,8 +186,8 @@ std::vector<Column> columns(int pg_major) {
          "interval[]",
          "TEXT",
          true,
-         {"ARRAY['1 year 13 months -1 day 00:00:00.000001', '0']::interval[]", "'{}'",
-          "'{NULL}'", "'{P1D}'"}},
+         {"ARRAY['1 year 13 months -1 day 00:00:00.000001', '0']::interval[]", "'{}'", "'{NULL}'",
+          "'{P1D}'"}},
         {"c_bytea_arr",
          "bytea[]",
          "TEXT",
@@ -206,7 +205,11 @@ std::vector<Column> columns(int pg_major) {
          "TEXT",
          true,
          {"'{A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11,NULL}'", "'{}'", "'{}'", "'{}'"}},
-        {"c_inet", "inet", "TEXT", false, {"'192.168.0.1/24'", "'::1'", "'10.0.0.1'", "'0.0.0.0/0'"}},
+        {"c_inet",
+         "inet",
+         "TEXT",
+         false,
+         {"'192.168.0.1/24'", "'::1'", "'10.0.0.1'", "'0.0.0.0/0'"}},
         {"c_money", "money", "TEXT", false, {"1234.56", "-0.01", "0", "'92233720368547758.07'"}},
         {"c_range",
          "int4range",
@@ -263,8 +266,11 @@ protected:
     }
 
     Pipeline pipeline(const std::string& table, bool binary_only) const {
-        Pipeline p{table, "pub_" + table, "s_" + table + "_" + dbname(),
-                   (dir_ / (table + ".db")).string(), {}};
+        Pipeline p{table,
+                   "pub_" + table,
+                   "s_" + table + "_" + dbname(),
+                   (dir_ / (table + ".db")).string(),
+                   {}};
         for (const Column& c : columns(pg().major_version())) {
             if (c.binary || !binary_only) {
                 p.columns.push_back(c);
@@ -299,9 +305,8 @@ protected:
         for (const Column& c : p.columns) {
             names += ", " + c.name;
         }
-        exec("INSERT INTO " + p.table + " (id" + names + ") SELECT id + " +
-             std::to_string(offset) + names + " FROM " + p.table + " WHERE id <= " +
-             std::to_string(kRows));
+        exec("INSERT INTO " + p.table + " (id" + names + ") SELECT id + " + std::to_string(offset) +
+             names + " FROM " + p.table + " WHERE id <= " + std::to_string(kRows));
     }
 
     /// `pgtide run --once`, with `[stream] binary = true` when binary; its stderr.
@@ -359,10 +364,10 @@ protected:
                 if (row == kRows) {
                     EXPECT_EQ(copied[i], (Cell{null, "null"}));
                 } else {
-                    EXPECT_EQ(copied[i].type, p.columns[i].sqlite_type == "REAL" &&
-                                                      copied[i].value == "NaN"
-                                                  ? "text"
-                                                  : lower(p.columns[i].sqlite_type));
+                    EXPECT_EQ(copied[i].type,
+                              p.columns[i].sqlite_type == "REAL" && copied[i].value == "NaN"
+                                  ? "text"
+                                  : lower(p.columns[i].sqlite_type));
                 }
             }
         }
@@ -583,8 +588,8 @@ TEST_F(AllTypes, SnapshotTextStreamAndBinaryStreamGiveIdenticalCells) {
         for (int row = 1; row <= kValueRows; ++row) {
             SCOPED_TRACE(column + " row " + std::to_string(row));
             EXPECT_EQ(cell(all, column, row).value,
-                      query_value("SELECT " + column + "::text FROM all_types WHERE id = " +
-                                  std::to_string(row)));
+                      query_value("SELECT " + column +
+                                  "::text FROM all_types WHERE id = " + std::to_string(row)));
         }
     }
 }

@@ -64,8 +64,8 @@ public:
 
 private:
     void ws() {
-        while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\t' ||
-                                  s_[i_] == '\r')) {
+        while (i_ < s_.size() &&
+               (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\t' || s_[i_] == '\r')) {
             ++i_;
         }
     }
@@ -258,8 +258,8 @@ protected:
     }
 
     std::string slot_count() const {
-        return query_value("SELECT count(*) FROM pg_replication_slots WHERE slot_name = '" +
-                           slot_ + "'");
+        return query_value("SELECT count(*) FROM pg_replication_slots WHERE slot_name = '" + slot_ +
+                           "'");
     }
 
     std::filesystem::path dir_;

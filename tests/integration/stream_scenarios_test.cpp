@@ -178,8 +178,7 @@ TEST_F(StreamScenarios, ReconnectsAfterTheWalsenderIsTerminated) {
              dbname() + "'");
         exec("UPDATE t SET v = v + 1");
         exec("INSERT INTO t VALUES (" + std::to_string(1000 + round) + ", 0)");
-        ASSERT_TRUE(
-            wait_for_dest("SELECT count(*) FROM t", std::to_string(101 + round)))
+        ASSERT_TRUE(wait_for_dest("SELECT count(*) FROM t", std::to_string(101 + round)))
             << pgtide.stderr_text();
     }
     ASSERT_TRUE(wait_for_dest("SELECT sum(v) FROM t", query_value("SELECT sum(v) FROM t")))
@@ -187,9 +186,9 @@ TEST_F(StreamScenarios, ReconnectsAfterTheWalsenderIsTerminated) {
     ASSERT_TRUE(pgtide.running()) << pgtide.stderr_text();
     pgtide.kill(SIGTERM);
     EXPECT_EQ(pgtide.wait(), 0) << pgtide.stderr_text();
-    EXPECT_NE(pgtide.stderr_text().find("reconnecting"), std::string::npos)
-        << pgtide.stderr_text();
-    expect_equal("SELECT id::text, v::text FROM t ORDER BY t.id", "SELECT id, v FROM t ORDER BY id");
+    EXPECT_NE(pgtide.stderr_text().find("reconnecting"), std::string::npos) << pgtide.stderr_text();
+    expect_equal("SELECT id::text, v::text FROM t ORDER BY t.id",
+                 "SELECT id, v FROM t ORDER BY id");
 }
 
 TEST_F(StreamScenarios, MissingPublicationAndKeylessTableAreRefused) {

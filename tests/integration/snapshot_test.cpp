@@ -1,0 +1,320 @@
+// Snapshot bootstrap on a real PostgreSQL: parallel readers, odd names and keys, publication
+// filters, interrupted copies and slot ownership.
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/support/pg_server.hpp"
+#include "tests/support/pgtide_process.hpp"
+#include "tests/support/sqlite_file.hpp"
+
+namespace pgtide::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+class Snapshot : public PgTest {
+protected:
+    void SetUp() override {
+        PgTest::SetUp();
+        if (IsSkipped() || HasFatalFailure()) {
+            return;
+        }
+        exec("ALTER DATABASE " + dbname() + " SET TimeZone = 'UTC'; ALTER DATABASE " + dbname() +
+             " SET extra_float_digits = 1");
+        dir_ = std::filesystem::temp_directory_path() /
+               ("pgtide-sn-" + std::to_string(::getpid()) + "-" + dbname());
+        std::filesystem::create_directories(dir_);
+        sqlite_path_ = (dir_ / "replica.db").string();
+    }
+    void TearDown() override {
+        if (!dir_.empty()) {
+            std::error_code ec;
+            std::filesystem::remove_all(dir_, ec);
+        }
+    }
+
+    std::string slot() const { return "s_" + dbname(); }
+
+    /// A config file with small pages and batches, so copies take many steps.
+    std::string config(const std::string& extra_source = "", const std::string& extra = "") const {
+        const auto path = (dir_ / "pgtide.toml").string();
+        std::ofstream f(path);
+        f << "[source]\ndsn = \"" << dsn() << "\"\npublications = [\"pub\"]\nslot = \"" << slot()
+          << "\"\n"
+          << extra_source << "\n[destination]\nurl = \"sqlite:" << sqlite_path_
+          << "\"\n[snapshot]\npage_rows = 50\nbatch_rows = 50\nparallel_tables = 4\n"
+          << "[apply]\nbatch_rows = 20\n"
+          << extra;
+        return path;
+    }
+
+    int run_once(const std::string& config_path, std::string* out = nullptr,
+                 std::string* err = nullptr) const {
+        std::string o;
+        std::string e;
+        const int code = PgtideProcess::run({"run", "--once", "--json", "-c", config_path}, &o, &e);
+        if (out) {
+            *out = o;
+        }
+        if (err) {
+            *err = e;
+        }
+        return code;
+    }
+
+    std::optional<std::string> dest_value(const std::string& sql) const {
+        try {
+            const Rows r = SqliteFile(sqlite_path_).rows(sql);
+            if (r.size() == 1 && r[0].size() == 1) {
+                return r[0][0];
+            }
+        } catch (const std::exception&) {
+        }
+        return std::nullopt;
+    }
+
+    bool wait_for(const std::function<bool()>& done) const {
+        for (int i = 0; i < 2400; ++i) {
+            if (done()) {
+                return true;
+            }
+            std::this_thread::sleep_for(10ms);
+        }
+        return false;
+    }
+
+    void expect_equal(const std::string& source_sql, const std::string& dest_sql) const {
+        const Rows source = query(source_sql);
+        const Rows dest = SqliteFile(sqlite_path_).rows(dest_sql);
+        ASSERT_EQ(source.size(), dest.size()) << source_sql;
+        for (std::size_t i = 0; i < source.size(); ++i) {
+            ASSERT_EQ(source[i], dest[i]) << "row " << i << " of " << dest_sql;
+        }
+    }
+
+    std::filesystem::path dir_;
+    std::string sqlite_path_;
+};
+
+TEST_F(Snapshot, EightTablesWithFourReadersEqualTheSource) {
+    std::string tables;
+    for (int t = 0; t < 8; ++t) {
+        const std::string name = "t" + std::to_string(t);
+        exec("CREATE TABLE " + name + " (id int PRIMARY KEY, v text)");
+        exec("INSERT INTO " + name + " SELECT g, md5(g::text) FROM generate_series(1, " +
+             std::to_string(300 + t * 37) + ") g");
+        tables += (t ? ", " : "") + name;
+    }
+    exec("CREATE PUBLICATION pub FOR TABLE " + tables);
+    std::string out;
+    std::string err;
+    ASSERT_EQ(run_once(config(), &out, &err), 0) << err;
+    EXPECT_NE(out.find("\"tables_copied\":8"), std::string::npos) << out;
+    for (int t = 0; t < 8; ++t) {
+        const std::string name = "t" + std::to_string(t);
+        expect_equal("SELECT id::text, v FROM " + name + " ORDER BY " + name + ".id",
+                     "SELECT id, v FROM " + name + " ORDER BY id");
+    }
+    EXPECT_EQ(SqliteFile(sqlite_path_).rows("SELECT DISTINCT state FROM _pgtide_tables"),
+              (Rows{{"ready"}}));
+}
+
+TEST_F(Snapshot, OddNamesAndCompositeKeysOfMixedTypesPageCorrectly) {
+    exec(R"sql(CREATE TABLE "Weird ""Name"" é" (
+        "select" bigint, "Key Text" text, "UUID" uuid, "at" timestamptz, "n" numeric,
+        "Value ""q""" text, PRIMARY KEY ("select", "Key Text", "UUID", "at", "n")))sql");
+    exec(R"sql(INSERT INTO "Weird ""Name"" é"
+        SELECT g % 3, 'k''' || (g % 5) || E' \\ , ) "', md5((g % 4)::text)::uuid,
+               timestamptz '2024-01-01 00:00:00+00' + (g % 6) * interval '1.5 second',
+               (g % 7) / 3.0, 'v' || g
+        FROM generate_series(1, 2000) g ON CONFLICT DO NOTHING)sql");
+    exec(R"sql(CREATE TABLE "UPPER" ("ID" int PRIMARY KEY, "ünï" text))sql");
+    exec(R"sql(INSERT INTO "UPPER" SELECT g, 'ü' || g FROM generate_series(1, 333) g)sql");
+    exec(R"sql(CREATE PUBLICATION pub FOR TABLE "Weird ""Name"" é", "UPPER")sql");
+    std::string out;
+    std::string err;
+    ASSERT_EQ(run_once(config(), &out, &err), 0) << out << err;
+    const std::string count = query_value(R"sql(SELECT count(*) FROM "Weird ""Name"" é")sql");
+    EXPECT_EQ(dest_value(R"sql(SELECT count(*) FROM "Weird ""Name"" é")sql"), count);
+    expect_equal(R"sql(SELECT w."select"::text, w."Key Text", w."UUID"::text,
+                   replace(replace(w."at"::text, ' ', 'T'), '+00', 'Z'), w."n"::text,
+                   w."Value ""q""" FROM "Weird ""Name"" é" w
+                   ORDER BY w."select", w."Key Text" COLLATE "C", w."UUID", w."at", w."n")sql",
+                 R"sql(SELECT "select", "Key Text", "UUID", "at", "n", "Value ""q"""
+                   FROM "Weird ""Name"" é" ORDER BY 1, 2, 3, 4, CAST(n AS REAL), 5)sql");
+    expect_equal(R"sql(SELECT u."ID"::text, u."ünï" FROM "UPPER" u ORDER BY u."ID")sql",
+                 R"sql(SELECT "ID", "ünï" FROM "UPPER" ORDER BY "ID")sql");
+}
+
+TEST_F(Snapshot, RowFilterAndColumnListShapeTheCopyAndTheStream) {
+    // The filter's column must be in the replica identity and the column list must cover it.
+    exec("CREATE TABLE orders (id int, tenant int, secret text, total int, "
+         "PRIMARY KEY (id, tenant))");
+    exec("INSERT INTO orders SELECT g, g % 4, 'hidden', g * 10 FROM generate_series(1, 400) g");
+    exec("CREATE PUBLICATION pub FOR TABLE orders (id, tenant, total) WHERE (tenant = 1)");
+    std::string err;
+    ASSERT_EQ(run_once(config(), nullptr, &err), 0) << err;
+    const std::string filtered =
+        "SELECT o.id::text, o.tenant::text, o.total::text FROM orders o WHERE o.tenant = 1 "
+        "ORDER BY o.id";
+    expect_equal(filtered, "SELECT id, tenant, total FROM orders ORDER BY id");
+    // The unpublished column does not exist in the destination.
+    EXPECT_EQ(SqliteFile(sqlite_path_)
+                  .rows("SELECT name FROM pragma_table_info('orders') ORDER "
+                        "BY cid"),
+              (Rows{{"id"}, {"tenant"}, {"total"}, {"_pgtide_lsn"}}));
+    // Rows move into and out of the filter.
+    exec("UPDATE orders SET tenant = 1 WHERE id % 10 = 0");
+    exec("UPDATE orders SET tenant = 2 WHERE id % 7 = 0 AND tenant = 1");
+    exec("UPDATE orders SET total = -total WHERE tenant = 1");
+    exec("DELETE FROM orders WHERE id % 9 = 0");
+    ASSERT_EQ(run_once(config(), nullptr, &err), 0) << err;
+    expect_equal(filtered, "SELECT id, tenant, total FROM orders ORDER BY id");
+}
+
+TEST_F(Snapshot, ReaderTerminatedMidCopyFinishesOnANewEpoch) {
+    exec("CREATE TABLE big (id int PRIMARY KEY, v text)");
+    exec("INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, 20000) g");
+    exec("CREATE PUBLICATION pub FOR TABLE big");
+    PgtideProcess pgtide({"run", "--once", "--json", "-c", config()});
+    // Once the epoch is recorded, hold the destination: the reader then fills the channel and
+    // stalls mid-table (the writer waits on SQLite's busy timeout meanwhile).
+    ASSERT_TRUE(wait_for([&] {
+        return dest_value("SELECT count(*) FROM _pgtide_checkpoint WHERE epoch = 1") == "1";
+    })) << pgtide.stderr_text();
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(sqlite_path_.c_str(), &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 10000);
+    ASSERT_EQ(sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+    const std::string copying = "FROM pg_stat_activity WHERE application_name LIKE 'pgtide/%' "
+                                "AND backend_type = 'client backend' AND query LIKE 'COPY%'";
+    EXPECT_TRUE(wait_for([&] { return query_value("SELECT count(*) " + copying) == "1"; }));
+    const std::string terminated =
+        query_value("SELECT count(pg_terminate_backend(pid)) " + copying);
+    sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+    sqlite3_close(db);
+    EXPECT_EQ(terminated, "1");
+    ASSERT_EQ(pgtide.wait(), 0) << pgtide.stderr_text();
+    EXPECT_NE(pgtide.stdout_text().find("\"epoch\":2"), std::string::npos) << pgtide.stdout_text();
+    EXPECT_NE(pgtide.stderr_text().find("starting a new epoch"), std::string::npos);
+    EXPECT_EQ(query_value(
+                  "SELECT count(*) FROM pg_replication_slots WHERE database = current_database()"),
+              "1");
+    expect_equal("SELECT b.id::text, b.v FROM big b ORDER BY b.id",
+                 "SELECT id, v FROM big ORDER BY id");
+    EXPECT_EQ(dest_value("SELECT count(*) FROM big WHERE _pgtide_lsn = (SELECT consistent_lsn "
+                         "FROM _pgtide_checkpoint)"),
+              "20000");
+}
+
+TEST_F(Snapshot, KilledMidCopyReplacesItsOwnSlotOnTheNextRun) {
+    exec("CREATE TABLE big (id int PRIMARY KEY, v text)");
+    exec("INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, 20000) g");
+    exec("CREATE PUBLICATION pub FOR TABLE big");
+    {
+        PgtideProcess pgtide({"run", "-c", config()});
+        ASSERT_TRUE(wait_for([&] {
+            const auto n = dest_value("SELECT rows_copied FROM _pgtide_tables WHERE epoch = 1");
+            return n && std::stoll(*n) > 0 && *n != "20000";
+        })) << pgtide.stderr_text();
+        pgtide.kill(SIGKILL);
+        pgtide.wait();
+    }
+    const std::string old_slot_lsn = query_value(
+        "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = '" + slot() +
+        "'");
+    std::string out;
+    std::string err;
+    ASSERT_EQ(run_once(config(), &out, &err), 0) << err;
+    EXPECT_NE(out.find("\"epoch\":2"), std::string::npos) << out;
+    EXPECT_NE(err.find("dropping the slot of an unfinished snapshot"), std::string::npos) << err;
+    EXPECT_NE(query_value("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE "
+                          "slot_name = '" +
+                          slot() + "'"),
+              old_slot_lsn);
+    expect_equal("SELECT b.id::text, b.v FROM big b ORDER BY b.id",
+                 "SELECT id, v FROM big ORDER BY id");
+}
+
+TEST_F(Snapshot, SlotsItCannotProveItsOwnAreNeverTouched) {
+    exec("CREATE TABLE t (id int PRIMARY KEY)");
+    exec("INSERT INTO t VALUES (1), (2)");
+    exec("CREATE PUBLICATION pub FOR TABLE t");
+    std::string out;
+    std::string err;
+
+    // A logical pgoutput slot of the same name, not ours: refused by default...
+    exec("SELECT pg_create_logical_replication_slot('" + slot() + "', 'pgoutput')");
+    EXPECT_EQ(run_once(config(), &out, &err), 3);
+    EXPECT_NE(err.find("cannot prove it created it"), std::string::npos) << err;
+    EXPECT_EQ(query_value(
+                  "SELECT count(*) FROM pg_replication_slots WHERE database = current_database()"),
+              "1");
+    // ...and replaced with existing_slot = "restart_snapshot".
+    ASSERT_EQ(run_once(config("existing_slot = \"restart_snapshot\""), &out, &err), 0) << err;
+    expect_equal("SELECT t.id::text FROM t ORDER BY t.id", "SELECT id FROM t ORDER BY id");
+    exec("SELECT pg_drop_replication_slot('" + slot() + "')");
+    std::filesystem::remove(sqlite_path_);
+    std::filesystem::remove(sqlite_path_ + "-wal");
+    std::filesystem::remove(sqlite_path_ + "-shm");
+
+    // A physical slot and a slot of another plugin: refused even with restart_snapshot.
+    exec("SELECT pg_create_physical_replication_slot('" + slot() + "')");
+    EXPECT_EQ(run_once(config("existing_slot = \"restart_snapshot\""), &out, &err), 3);
+    EXPECT_NE(err.find("a physical slot"), std::string::npos) << err;
+    EXPECT_EQ(query_value("SELECT slot_type FROM pg_replication_slots WHERE slot_name = '" +
+                          slot() + "'"),
+              "physical");
+    exec("SELECT pg_drop_replication_slot('" + slot() + "')");
+
+    exec("SELECT pg_create_logical_replication_slot('" + slot() + "', 'test_decoding')");
+    EXPECT_EQ(run_once(config("existing_slot = \"restart_snapshot\""), &out, &err), 3);
+    EXPECT_NE(err.find("plugin 'test_decoding'"), std::string::npos) << err;
+    EXPECT_EQ(
+        query_value("SELECT plugin FROM pg_replication_slots WHERE slot_name = '" + slot() + "'"),
+        "test_decoding");
+}
+
+TEST_F(Snapshot, AnActiveSlotIsNeverTouched) {
+    exec("CREATE TABLE t (id int PRIMARY KEY)");
+    exec("CREATE PUBLICATION pub FOR TABLE t");
+    exec("SELECT pg_create_logical_replication_slot('" + slot() + "', 'pgoutput')");
+    // Another consumer (pg_recvlogical) holds the slot.
+    const std::string recvlogical = "/usr/lib/postgresql/15/bin/pg_recvlogical";
+    ASSERT_TRUE(std::filesystem::exists(recvlogical));
+    const pid_t pid = fork();
+    if (pid == 0) {
+        const std::string d = dsn();
+        const std::string s = slot();
+        execl(recvlogical.c_str(), "pg_recvlogical", "-d", d.c_str(), "-S", s.c_str(), "--start",
+              "-o", "proto_version=1", "-o", "publication_names=pub", "-f", "/dev/null",
+              static_cast<char*>(nullptr));
+        _exit(127);
+    }
+    ASSERT_TRUE(wait_for([&] {
+        return query_value("SELECT active::text FROM pg_replication_slots WHERE slot_name = '" +
+                           slot() + "'") == "true";
+    }));
+    std::string out;
+    std::string err;
+    EXPECT_EQ(run_once(config("existing_slot = \"restart_snapshot\""), &out, &err), 4);
+    EXPECT_NE(err.find("is in use by another process"), std::string::npos) << err;
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_EQ(
+        query_value("SELECT count(*) FROM pg_replication_slots WHERE slot_name = '" + slot() + "'"),
+        "1");
+}
+
+} // namespace
+} // namespace pgtide::testing
