@@ -3,6 +3,7 @@
 
 #include <random>
 
+#include "io/cancel.hpp"
 #include "io/channel.hpp"
 #include "io/log.hpp"
 #include "io/pg_connection.hpp"
@@ -112,16 +113,54 @@ io::Task<void> produce_copy(SnapshotCopier* copier, io::Channel<ApplyWork>* chan
     }
 }
 
-io::Task<void> produce_stream(Stream* stream, io::Channel<ApplyWork>* channel) {
+io::Task<void> produce_stream(Stream* stream, io::Channel<ApplyWork>* channel,
+                              io::CancelSource* heartbeats) {
     std::exception_ptr error;
     try {
         co_await stream->run(*channel);
     } catch (...) {
         error = std::current_exception();
     }
+    heartbeats->cancel();
     channel->close();
     if (error) {
         std::rethrow_exception(error);
+    }
+}
+
+// Writes a non-transactional logical message every `interval`, on a connection of its own:
+// its WAL position reaches the stream even when no published table changes, so the slot keeps
+// moving while other tables fill the WAL. A failed heartbeat is logged, never fatal.
+io::Task<void> heartbeat(std::string dsn, std::string application_name,
+                         std::chrono::milliseconds interval, io::CancelToken token) {
+    std::optional<io::PgConnection> conn;
+    const std::string sql =
+        std::string("SELECT pg_logical_emit_message(false, '") + kHeartbeatPrefix + "', '')";
+    try {
+        for (;;) {
+            co_await io::sleep_for(interval, token);
+            std::exception_ptr error;
+            try {
+                if (!conn || !conn->is_open()) {
+                    conn = co_await io::PgConnection::connect(
+                        dsn, sql_connection_params(application_name));
+                }
+                co_await conn->exec(sql);
+            } catch (const io::Cancelled&) {
+                throw;
+            } catch (...) {
+                error = std::current_exception();
+            }
+            if (error) {
+                try {
+                    std::rethrow_exception(error);
+                } catch (const std::exception& e) {
+                    io::log_warn("heartbeat failed", {{"error", e.what()}});
+                }
+                conn.reset();
+            }
+        }
+    } catch (const io::Cancelled&) {
     }
 }
 
@@ -256,6 +295,7 @@ io::Task<RunSummary> Coordinator::run() {
     ApplierOptions applier_options;
     applier_options.batch_rows = options_.apply_batch_rows;
     applier_options.flush_interval = options_.flush_interval;
+    applier_options.idle_checkpoint_interval = options_.status_interval;
     Applier applier(*d, writer, *checkpoint, applier_options);
     applier.set_tables(tables);
     if (checkpoint->owner != owner) {
@@ -419,6 +459,11 @@ io::Task<RunSummary> Coordinator::run() {
             if (!connected) {
                 replication =
                     co_await ReplicationConnection::connect(options_.source_dsn, application_name);
+                // The catalog session (types of columns the stream introduces) may have died
+                // with the same cause.
+                catalog_conn.close();
+                catalog_conn = co_await io::PgConnection::connect(
+                    options_.source_dsn, sql_connection_params(application_name));
                 connected = true;
             }
             const schema::Lsn start = applier.checkpoint().lsn;
@@ -432,7 +477,11 @@ io::Task<RunSummary> Coordinator::run() {
                           &applier.checkpoint().lsn, &stop_requested_, stream_options);
             applier.set_stream(&replication);
             io::Channel<ApplyWork> channel(8);
-            co_await io::when_all(produce_stream(&stream, &channel), consume(&applier, &channel));
+            io::CancelSource heartbeats;
+            co_await io::when_all(produce_stream(&stream, &channel, &heartbeats),
+                                  consume(&applier, &channel),
+                                  heartbeat(options_.source_dsn, application_name,
+                                            options_.heartbeat_interval, heartbeats.token()));
             applier.set_stream(nullptr);
             co_await replication.stop();
             break;

@@ -44,6 +44,7 @@ struct RunOptions {
     // [stream], [apply]
     std::chrono::milliseconds status_interval{10000};
     bool stream_binary = false;
+    std::chrono::milliseconds heartbeat_interval{10000};
     std::chrono::milliseconds flush_interval{100};
     std::int64_t apply_batch_rows = 10000;
     std::vector<TableOverride> tables;

@@ -243,8 +243,9 @@ io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWor
         co_return;
     }
     if (auto* m = std::get_if<pgoutput::Message>(&msg)) {
-        // pgtide's own marker for --once: everything committed before it has been sent.
-        if (!m->transactional && !in_transaction_ && m->prefix == kOnceMarkerPrefix) {
+        // A non-transactional message outside a transaction (pgtide's --once marker, its
+        // heartbeat, anyone's) is a position before which everything has been sent.
+        if (!m->transactional && !in_transaction_) {
             if (m->lsn > last_idle_) {
                 last_idle_ = m->lsn;
                 co_await out.send(ApplyWork{SourceIdle{m->lsn}});

@@ -83,5 +83,8 @@ private:
 /// Prefix of the non-transactional logical message `pgtide run --once` emits after reading its
 /// target LSN, so that the stream reaches a position past the target even when idle.
 inline constexpr const char* kOnceMarkerPrefix = "pgtide.once";
+/// Prefix of the heartbeat messages (stream.heartbeat_interval) that keep the slot moving while
+/// the published tables are idle and other tables are busy.
+inline constexpr const char* kHeartbeatPrefix = "pgtide.heartbeat";
 
 } // namespace pgtide::replicate

@@ -41,6 +41,7 @@ pgtide::replicate::RunOptions run_options(const pgtide::app::Config& c,
     o.max_attempts = c.snapshot.max_attempts;
     o.status_interval = c.stream.status_interval;
     o.stream_binary = c.stream.binary;
+    o.heartbeat_interval = c.stream.heartbeat_interval;
     o.flush_interval = c.apply.flush_interval;
     o.apply_batch_rows = c.apply.batch_rows;
     for (const auto& t : c.tables) {

@@ -95,7 +95,7 @@ void run(benchmark::State& state, TypeRef type, std::uint64_t (*value)()) {
         bytes += c.size();
     }
     std::vector<std::optional<std::string_view>> fields;
-    std::vector<Value> row(std::size_t(columns));
+    std::vector<Value> row(static_cast<std::size_t>(columns));
     for (auto _ : state) {
         BinaryCopyParser parser;
         std::int64_t decoded = 0;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -203,6 +204,88 @@ TEST_F(StreamScenarios, MissingPublicationAndKeylessTableAreRefused) {
     other[other.size() - 5] = "nosuchpub"; // --publication value
     EXPECT_EQ(PgtideProcess::run(other, &out, &err), 3);
     EXPECT_NE(err.find("publication \"nosuchpub\" does not exist"), std::string::npos) << err;
+}
+
+} // namespace
+} // namespace pgtide::testing
+
+namespace pgtide::testing {
+namespace {
+
+class StreamFaults : public StreamScenarios {
+protected:
+    std::vector<std::string> config_args(const std::string& stream_settings) const {
+        const auto path = (dir_ / "pgtide.toml").string();
+        std::ofstream f(path);
+        f << "[source]\ndsn = \"" << dsn() << "\"\npublications = [\"pub\"]\nslot = \"s_"
+          << dbname() << "\"\n[destination]\nurl = \"sqlite:" << sqlite_path_ << "\"\n[stream]\n"
+          << stream_settings << "\n";
+        return {"run", "-c", path};
+    }
+
+    std::int64_t lsn_of(const std::string& sql) const {
+        return std::stoll(query_value("SELECT (" + sql + " - '0/0'::pg_lsn)::bigint"));
+    }
+};
+
+TEST_F(StreamFaults, HeartbeatsMoveTheSlotWhileOnlyUnpublishedTablesChange) {
+    exec("CREATE TABLE published (id int PRIMARY KEY)");
+    exec("CREATE TABLE busy (id int PRIMARY KEY, v text)");
+    exec("CREATE PUBLICATION pub FOR TABLE published");
+    PgtideProcess pgtide(
+        config_args("heartbeat_interval = \"200ms\"\nstatus_interval = \"200ms\""));
+    ASSERT_TRUE(wait_for_dest("SELECT phase FROM _pgtide_checkpoint", "streaming"))
+        << pgtide.stderr_text();
+    for (int i = 0; i < 20; ++i) {
+        exec("INSERT INTO busy SELECT g, md5(g::text) FROM generate_series(" +
+             std::to_string(i * 1000) + ", " + std::to_string(i * 1000 + 999) + ") g");
+    }
+    const std::int64_t written = lsn_of("pg_current_wal_lsn()");
+    const std::string confirmed =
+        "(SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 's_" + dbname() +
+        "')";
+    bool moved = false;
+    for (int i = 0; i < 2400 && !moved; ++i) {
+        moved = lsn_of(confirmed) >= written;
+        if (!moved) {
+            ASSERT_TRUE(pgtide.running()) << pgtide.stderr_text();
+            std::this_thread::sleep_for(25ms);
+        }
+    }
+    EXPECT_TRUE(moved) << pgtide.stderr_text();
+    // Never past the durable checkpoint.
+    const std::int64_t c = lsn_of(confirmed);
+    EXPECT_LE(c, std::stoll(*dest_value("SELECT lsn FROM _pgtide_checkpoint")));
+    pgtide.kill(SIGTERM);
+    EXPECT_EQ(pgtide.wait(), 0) << pgtide.stderr_text();
+}
+
+TEST_F(StreamFaults, ReconnectsAfterPostgresRestartsFastAndImmediate) {
+    exec("CREATE TABLE t (id int PRIMARY KEY, v int)");
+    exec("INSERT INTO t SELECT g, 0 FROM generate_series(1, 100) g");
+    exec("CREATE PUBLICATION pub FOR TABLE t");
+    PgtideProcess pgtide(args(false));
+    ASSERT_TRUE(wait_for_dest("SELECT count(*) FROM t", "100")) << pgtide.stderr_text();
+    int expected = 100;
+    for (const std::string mode : {"fast", "immediate", "fast"}) {
+        exec("UPDATE t SET v = v + 1 WHERE id % 3 = 0");
+        pg().restart(mode);
+        exec("INSERT INTO t VALUES (" + std::to_string(1000 + expected) + ", 7)");
+        exec("UPDATE t SET v = v + 1 WHERE id % 5 = 0");
+        ++expected;
+        ASSERT_TRUE(wait_for_dest("SELECT count(*) FROM t", std::to_string(expected)))
+            << mode << "\n"
+            << pgtide.stderr_text();
+        ASSERT_TRUE(wait_for_dest("SELECT sum(v) FROM t", query_value("SELECT sum(v) FROM t")))
+            << mode << "\n"
+            << pgtide.stderr_text();
+    }
+    ASSERT_TRUE(pgtide.running()) << pgtide.stderr_text();
+    pgtide.kill(SIGTERM);
+    EXPECT_EQ(pgtide.wait(), 0) << pgtide.stderr_text();
+    EXPECT_NE(pgtide.stderr_text().find("reconnecting"), std::string::npos);
+    expect_equal("SELECT t.id::text, t.v::text FROM t ORDER BY t.id",
+                 "SELECT id, v FROM t ORDER BY id");
 }
 
 } // namespace
