@@ -306,6 +306,8 @@ void SqliteDestination::commit() {
 }
 
 void SqliteDestination::rollback() {
+    // What the cache learnt inside the transaction may be undone with it.
+    tombstones_.clear();
     if (sqlite3_get_autocommit(db_.get()) != 0) {
         return;
     }
@@ -466,8 +468,23 @@ SqliteDestination::TableStatements& SqliteDestination::statements_for(const sche
     return tables_.emplace(table.target, std::move(s)).first->second;
 }
 
+bool SqliteDestination::may_have_tombstones(const std::string& target) {
+    auto it = tombstones_.find(target);
+    if (it == tombstones_.end()) {
+        Statement stmt = prepare(
+            "SELECT EXISTS (SELECT 1 FROM \"_pgtide_tombstones\" WHERE \"target_table\" = ?1)",
+            "looking for tombstones of " + target);
+        bind_str(stmt.get(), 1, target);
+        const int rc = step(stmt.get(), "looking for tombstones of " + target);
+        const bool any = rc == SQLITE_ROW && sqlite3_column_int(stmt.get(), 0) != 0;
+        it = tombstones_.emplace(target, any).first;
+    }
+    return it->second;
+}
+
 void SqliteDestination::raise_tombstone(const std::string& target, const std::string& key,
                                         schema::Lsn version) {
+    tombstones_[target] = true;
     sqlite3_stmt* stmt = metadata_statement(
         tombstone_,
         R"(INSERT INTO "_pgtide_tombstones" ("target_table", "key", "lsn") VALUES (?1, ?2, ?3)
@@ -487,7 +504,8 @@ namespace {
 // INSERT … SELECT <row> WHERE NOT EXISTS (tombstone) ON CONFLICT (key) DO UPDATE … WHERE
 // <version>. Parameters: ?1..?N the columns, ?N+1 the version, ?N+2 the target table,
 // ?N+3 the encoded key. `snapshot` selects copy_row's strict comparisons.
-std::string versioned_insert_sql(const schema::Table& table, bool snapshot) {
+std::string versioned_insert_sql(const schema::Table& table, bool snapshot,
+                                 bool tombstones = true) {
     const int n = int(table.columns.size());
     const std::string version = "?" + std::to_string(n + 1);
     const std::string target = quote_identifier(table.target);
@@ -507,6 +525,11 @@ std::string versioned_insert_sql(const schema::Table& table, bool snapshot) {
     for (std::size_t k = 0; k < table.key_columns.size(); ++k) {
         key += (k > 0 ? ", " : "") + quote_identifier(table.columns[table.key_columns[k]].name);
     }
+    if (!tombstones) {
+        return "INSERT INTO " + target + " (" + cols + lsn + ") VALUES (" + params + version +
+               ") ON CONFLICT (" + key + ") DO UPDATE SET " + sets + lsn + " = excluded." + lsn +
+               " WHERE excluded." + lsn + (snapshot ? " > " : " >= ") + target + "." + lsn;
+    }
     return "INSERT INTO " + target + " (" + cols + lsn + ") SELECT " + params + version +
            " WHERE NOT EXISTS (SELECT 1 FROM \"_pgtide_tombstones\" WHERE \"target_table\" = ?" +
            std::to_string(n + 2) + " AND \"key\" IN (?" + std::to_string(n + 3) + ", '" +
@@ -521,6 +544,20 @@ void SqliteDestination::copy_row(const schema::Table& table, const schema::Row& 
                                  schema::Lsn version) {
     check_row(table, row, table.columns.size(), "snapshot row");
     TableStatements& s = statements_for(table);
+    if (!may_have_tombstones(table.target)) {
+        if (!s.copy_untombstoned) {
+            s.copy_untombstoned = prepare(versioned_insert_sql(table, true, false),
+                                          "preparing the copy of " + table.target);
+        }
+        sqlite3_stmt* stmt = s.copy_untombstoned.get();
+        ResetGuard guard(stmt);
+        for (int i = 0; i < int(row.size()); ++i) {
+            bind_value(stmt, i + 1, row[std::size_t(i)]);
+        }
+        bind_int(stmt, int(row.size()) + 1, lsn_to_int(version));
+        step(stmt, "copying a row into", table.target);
+        return;
+    }
     if (!s.copy) {
         s.copy = prepare(versioned_insert_sql(table, /*snapshot=*/true),
                          "preparing the copy of " + table.target);
@@ -547,6 +584,20 @@ void SqliteDestination::upsert(const schema::Table& table, const schema::Row& ro
         return std::holds_alternative<schema::UnchangedToast>(v);
     });
 
+    if (!partial && !may_have_tombstones(table.target)) {
+        if (!s.upsert_untombstoned) {
+            s.upsert_untombstoned = prepare(versioned_insert_sql(table, false, false),
+                                            "preparing the upsert into " + table.target);
+        }
+        sqlite3_stmt* stmt = s.upsert_untombstoned.get();
+        ResetGuard guard(stmt);
+        for (int i = 0; i < n; ++i) {
+            bind_value(stmt, i + 1, row[std::size_t(i)]);
+        }
+        bind_int(stmt, n + 1, lsn_to_int(version));
+        step(stmt, "upserting a row into", table.target);
+        return;
+    }
     if (!partial) {
         if (!s.upsert) {
             s.upsert = prepare(versioned_insert_sql(table, /*snapshot=*/false),
@@ -644,6 +695,8 @@ void SqliteDestination::truncate(const schema::Table& table, schema::Lsn version
 void SqliteDestination::clear_tombstones(const std::string& target_table) {
     Statement stmt = prepare("DELETE FROM \"_pgtide_tombstones\" WHERE \"target_table\" = ?1",
                              "preparing to clear the tombstones of " + target_table);
+    // Only after this transaction commits are they gone; until then, keep checking.
+    tombstones_.erase(target_table);
     bind_str(stmt.get(), 1, target_table);
     step(stmt.get(), "clearing the tombstones of", target_table);
 }

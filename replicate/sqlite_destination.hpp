@@ -161,6 +161,8 @@ private:
         std::vector<std::size_t> key_columns;
         Statement copy;
         Statement upsert;
+        Statement copy_untombstoned;   ///< copy without the tombstone check
+        Statement upsert_untombstoned; ///< upsert without the tombstone check
         Statement remove;
         std::map<std::vector<bool>, Statement> partial; ///< by which columns are unchanged
     };
@@ -174,6 +176,9 @@ private:
     TableStatements& statements_for(const schema::Table& table);
     sqlite3_stmt* metadata_statement(Statement& slot, const char* sql);
     void raise_tombstone(const std::string& target, const std::string& key, schema::Lsn version);
+    /// Whether `target` may have tombstones. Most tables have none, and then a row needs no
+    /// tombstone lookup (nor its encoded key): the hot path of copies and streams.
+    bool may_have_tombstones(const std::string& target);
     bool table_exists(const std::string& name);
 
     std::string path_;
@@ -188,6 +193,9 @@ private:
     Statement insert_checkpoint_;
     Statement cas_checkpoint_;
     std::unordered_map<std::string, TableStatements> tables_;
+    /// By target table: false only when it is known to have no tombstone. Raised before a
+    /// tombstone is written, so a rolled-back transaction only leaves it conservatively true.
+    std::unordered_map<std::string, bool> tombstones_;
 };
 
 } // namespace pgtide::replicate

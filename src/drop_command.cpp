@@ -102,8 +102,7 @@ io::Task<DropReport> run_drop(Config config) {
     if (cp.lease_until_unix_ms > unix_ms_now()) {
         std::vector<std::optional<std::string>> params{"pgtide/" + cp.owner};
         io::PgResult r = co_await conn.exec_params(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
-            std::move(params));
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", std::move(params));
         owner_sessions = std::stoll(std::string(r.get(0, 0)));
     }
     if (cp.lease_until_unix_ms > unix_ms_now() && owner_sessions > 0) {

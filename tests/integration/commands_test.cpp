@@ -1,7 +1,9 @@
 // `pgtide check`, `status` and `drop` on a real PostgreSQL, through the real binary.
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <thread>
@@ -247,6 +249,9 @@ protected:
     Result pgtide(std::vector<std::string> a) const {
         Result r;
         r.code = PgtideProcess::run(std::move(a), &r.out, &r.err);
+        if (std::getenv("PGTIDE_SHOW_OUTPUT") != nullptr) { // to read the outputs by eye
+            std::cerr << "exit " << r.code << "\n" << r.out << r.err << "\n";
+        }
         return r;
     }
 
