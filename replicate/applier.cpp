@@ -92,8 +92,7 @@ io::Task<void> Applier::run(io::Channel<ApplyWork>& input) {
         if (!work || std::holds_alternative<Finish>(*work)) {
             break;
         }
-        const bool empty = input.size() == 0;
-        co_await apply(std::move(*work), empty);
+        co_await apply(std::move(*work));
     }
     // Commit what is complete: never a part of a source transaction.
     if (source_open_) {
@@ -105,7 +104,7 @@ io::Task<void> Applier::run(io::Channel<ApplyWork>& input) {
     }
 }
 
-io::Task<void> Applier::apply(ApplyWork work, bool input_empty) {
+io::Task<void> Applier::apply(ApplyWork work) {
     SqliteDestination* dest = &destination_;
     const auto now = std::chrono::steady_clock::now();
     if (auto* rows = std::get_if<CopyRows>(&work)) {
@@ -181,7 +180,7 @@ io::Task<void> Applier::apply(ApplyWork work, bool input_empty) {
         source_open_ = false;
         complete_lsn_ = std::max(complete_lsn_, c->end_lsn);
         pending_transactions_ += 1;
-        if (rows_in_transaction_ >= options_.batch_rows || input_empty ||
+        if (rows_in_transaction_ >= options_.batch_rows ||
             now - transaction_started_ >= options_.flush_interval) {
             co_await commit(complete_lsn_);
         }

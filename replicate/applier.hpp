@@ -8,9 +8,11 @@
 // the destination already has, which the versioned upsert absorbs and the end-LSN skip avoids.
 //
 // Source transactions are grouped: a destination transaction only ever ends at a source commit
-// (never in the middle of a source transaction), once it holds batch_rows rows, or has been
-// open for flush_interval, or the input channel ran dry. A failed CAS means another process
-// took the destination: stop at once with exit code 4, without committing.
+// (never in the middle of a source transaction), once it holds batch_rows rows or has been
+// open for flush_interval (the stream's Ticks bring that moment when the source goes quiet).
+// Committing whenever the input runs dry would commit once per small source transaction
+// whenever the applier keeps up, which leaves SQLite bound by fsync. A failed CAS means another
+// process took the destination: stop at once with exit code 4, without committing.
 #pragma once
 
 #include <chrono>
@@ -78,7 +80,7 @@ public:
     const ApplyStats& stats() const { return stats_; }
 
 private:
-    io::Task<void> apply(ApplyWork work, bool input_empty);
+    io::Task<void> apply(ApplyWork work);
     io::Task<void> commit(schema::Lsn lsn);
     Checkpoint next_checkpoint(schema::Lsn lsn) const;
     void note_progress(TableProgress progress);

@@ -472,6 +472,10 @@ io::Task<RunSummary> Coordinator::run() {
             backoff = std::chrono::milliseconds(100);
             StreamOptions stream_options;
             stream_options.status_interval = options_.status_interval;
+            // Quiet periods this long end with a Tick, which commits a stale destination
+            // transaction: lag stays within about 1.5 flush intervals.
+            stream_options.tick =
+                std::max(std::chrono::milliseconds(10), options_.flush_interval / 2);
             stream_options.stop_at = target;
             Stream stream(replication, catalog_conn, catalog, tables, start,
                           &applier.checkpoint().lsn, &stop_requested_, stream_options);

@@ -138,20 +138,52 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
                 (st.row_filter.empty() ? "(" : " OR (") + std::string(filters.get(f, 0)) + ")";
         }
 
-        // Keys: the primary key, else the replica identity index, else the user's `key`.
+        // Keys. Updates and deletes identify rows by the replica identity, so the key is the
+        // replica identity index when there is one, else the primary key, else the user's
+        // `key` (which must then lie within the replica identity, unless it is FULL).
+        io::PgResult identity = co_await conn.exec_params(
+            "SELECT c.relreplident, a.attname FROM pg_class c "
+            "LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indexrelid = "
+            "  (SELECT i2.indexrelid FROM pg_index i2 WHERE i2.indrelid = c.oid "
+            "   AND ((c.relreplident = 'i' AND i2.indisreplident) "
+            "        OR (c.relreplident <> 'i' AND i2.indisprimary)) LIMIT 1) "
+            "LEFT JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, ord) ON true "
+            "LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum "
+            "WHERE c.oid = $1::oid ORDER BY k.ord",
+            params(relid));
+        const char replident =
+            identity.rows() > 0 && !identity.get(0, 0).empty() ? identity.get(0, 0)[0] : 'd';
+        std::vector<std::string> identity_names;
+        for (int k = 0; k < identity.rows(); ++k) {
+            if (!identity.is_null(k, 1)) {
+                identity_names.emplace_back(identity.get(k, 1));
+            }
+        }
         std::vector<std::string> key_names;
         if (ov && ov->key) {
             key_names = *ov->key;
+            for (const auto& k : key_names) {
+                const bool covered = std::find(identity_names.begin(), identity_names.end(), k) !=
+                                     identity_names.end();
+                if (!covered && replident != 'f' && !identity_names.empty()) {
+                    throw DefiniteError(
+                        ExitCode::SourceNotReady,
+                        "key column \"" + k + "\" of table " + st.table.qualified() +
+                            " is not part of its replica identity, so deletes and key changes "
+                            "would not carry it: use the replica identity's columns as key, or "
+                            "ALTER TABLE " +
+                            st.table.qualified() + " REPLICA IDENTITY FULL");
+                }
+            }
+        } else if (replident != 'f' || !identity_names.empty()) {
+            key_names = identity_names;
         } else {
+            // REPLICA IDENTITY FULL: any unique key works; the primary key if there is one.
             io::PgResult keys = co_await conn.exec_params(
                 "SELECT a.attname FROM pg_index i "
                 "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, ord) "
                 "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
-                "WHERE i.indrelid = $1::oid AND (i.indisprimary OR i.indisreplident) "
-                "AND i.indexrelid = (SELECT i2.indexrelid FROM pg_index i2 "
-                "  WHERE i2.indrelid = $1::oid AND (i2.indisprimary OR i2.indisreplident) "
-                "  ORDER BY i2.indisprimary DESC LIMIT 1) "
-                "ORDER BY k.ord",
+                "WHERE i.indrelid = $1::oid AND i.indisprimary ORDER BY k.ord",
                 params(relid));
             for (int k = 0; k < keys.rows(); ++k) {
                 key_names.emplace_back(keys.get(k, 0));

@@ -158,6 +158,9 @@ std::string type_name(std::uint32_t type_oid) {
 /// The element type of an array type, 0 for a scalar. Built-in OIDs below 16384 that are not
 /// arrays (name, point, int2vector, ...) have a pg_type.typelem too: ignore it for them.
 std::uint32_t array_element(const TypeRef& t) {
+    if (t.element_oid == 0 && kind_of(t.oid) != Kind::Other) {
+        return 0; // a scalar with a decoder: skip the array table search (hot path)
+    }
     if (const std::uint32_t builtin = builtin_array_element(t.oid)) {
         return t.element_oid != 0 ? t.element_oid : builtin;
     }
@@ -172,7 +175,10 @@ class Reader {
 public:
     /// `type` must outlive the reader.
     Reader(std::string_view bytes, const std::string& type, std::size_t base)
-        : bytes_(bytes), type_(type), base_(base) {}
+        : bytes_(bytes), type_(&type), base_(base) {}
+    /// A scalar type's reader: its name is looked up only when an error needs it.
+    Reader(std::string_view bytes, std::uint32_t type_oid, std::size_t base)
+        : bytes_(bytes), type_oid_(type_oid), base_(base) {}
 
     std::size_t pos() const { return pos_; }
     std::size_t offset() const { return base_ + pos_; }
@@ -209,15 +215,18 @@ public:
         }
     }
     [[noreturn]] void fail(std::string_view detail) const {
-        throw DecodeError(type_, offset(), detail);
+        throw DecodeError(type(), offset(), detail);
     }
     [[noreturn]] void fail_at(std::size_t pos, std::string_view detail) const {
-        throw DecodeError(type_, base_ + pos, detail);
+        throw DecodeError(type(), base_ + pos, detail);
     }
 
 private:
+    std::string type() const { return type_ != nullptr ? *type_ : type_name(type_oid_); }
+
     std::string_view bytes_;
-    const std::string& type_;
+    const std::string* type_ = nullptr;
+    std::uint32_t type_oid_ = 0;
     std::size_t base_;
     std::size_t pos_ = 0;
 };
@@ -507,8 +516,7 @@ template <typename Fn> std::string formatted(const Reader& r, Fn&& fn) {
 }
 
 Value binary_scalar(Kind kind, std::uint32_t type_oid, std::string_view bytes, std::size_t base) {
-    const std::string name = type_name(type_oid);
-    Reader r(bytes, name, base);
+    Reader r(bytes, type_oid, base);
     Value out;
     switch (kind) {
     case Kind::Bool:
@@ -588,7 +596,7 @@ Value binary_scalar(Kind kind, std::uint32_t type_oid, std::string_view bytes, s
         break;
     }
     case Kind::Other:
-        throw DecodeError(name, base, "no binary decoder for this type");
+        throw DecodeError(type_name(type_oid), base, "no binary decoder for this type");
     }
     r.expect_end();
     return out;
@@ -813,8 +821,7 @@ private:
         const std::size_t start = reader_.offset();
         const std::string_view bytes = reader_.take(std::size_t(length));
         if (kind_ == Kind::Float4 || kind_ == Kind::Float8) {
-            const std::string name = type_name(element_);
-            Reader r(bytes, name, start);
+            Reader r(bytes, element_, start);
             if (kind_ == Kind::Float4) {
                 append_float_json(out, pg_float4_text(std::bit_cast<float>(r.u32())));
             } else {

@@ -67,17 +67,16 @@ int days_in_month(std::int64_t y, int m) {
 
 void append_padded(std::string& out, std::uint64_t v, int width) {
     char buf[24];
-    int n = 0;
+    int start = int(sizeof buf);
     do {
-        buf[n++] = char('0' + v % 10);
+        buf[--start] = char('0' + v % 10);
         v /= 10;
     } while (v > 0);
-    for (int i = n; i < width; ++i) {
-        out += '0';
+    const int digits = int(sizeof buf) - start;
+    if (digits < width) {
+        out.append(std::size_t(width - digits), '0');
     }
-    while (n > 0) {
-        out += buf[--n];
-    }
+    out.append(buf + start, std::size_t(digits));
 }
 
 void append_int(std::string& out, std::int64_t v) {
@@ -351,6 +350,7 @@ std::string format_timestamp(std::int64_t usecs, bool with_zone) {
     const std::int64_t days = floor_div(usecs, kUsecsPerDay);
     const Civil c = civil_from_days(days + kEpochDaysFrom1970);
     std::string out;
+    out.reserve(32); // one allocation: YYYY-MM-DDTHH:MM:SS.ffffffZ
     append_date_fields(out, c);
     out += 'T';
     append_time_fields(out, usecs - days * kUsecsPerDay);

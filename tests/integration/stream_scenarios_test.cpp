@@ -131,6 +131,22 @@ TEST_F(StreamScenarios, ReplicaIdentityFullAndKeyChanges) {
                  "SELECT a, b, v FROM composite ORDER BY a, b");
 }
 
+TEST_F(StreamScenarios, ReplicaIdentityUsingIndexOtherThanThePrimaryKey) {
+    exec("CREATE TABLE t (id int PRIMARY KEY, code text NOT NULL, v int)");
+    exec("CREATE UNIQUE INDEX t_code ON t (code)");
+    exec("ALTER TABLE t REPLICA IDENTITY USING INDEX t_code");
+    exec("INSERT INTO t SELECT g, 'c' || g, g FROM generate_series(1, 50) g");
+    exec("CREATE PUBLICATION pub FOR TABLE t");
+    run_once();
+    // Deletes and updates carry only `code`: it must be the destination's key.
+    exec("DELETE FROM t WHERE id % 5 = 0");
+    exec("UPDATE t SET code = code || 'x' WHERE id % 7 = 0");
+    exec("UPDATE t SET id = id + 1000 WHERE id % 3 = 0");
+    run_once();
+    expect_equal("SELECT t.code, t.id::text, t.v::text FROM t ORDER BY t.code COLLATE \"C\"",
+                 "SELECT code, id, v FROM t ORDER BY code");
+}
+
 TEST_F(StreamScenarios, TruncateOfSeveralTablesAtTheRightPoint) {
     exec("CREATE TABLE a (id int PRIMARY KEY, v text)");
     exec("CREATE TABLE b (id int PRIMARY KEY, v text)");
