@@ -166,23 +166,23 @@ io::Task<void> Applier::apply(ApplyWork work) {
                 }
             }
         };
-        if (!in_transaction_) {
-            transaction_started_ = now;
+        if (n > 0) {
+            if (!in_transaction_) {
+                transaction_started_ = now;
+            }
+            in_transaction_ = true;
+            co_await writer_.run(std::move(job));
         }
-        in_transaction_ = true;
-        source_open_ = true;
-        co_await writer_.run(std::move(job));
         rows_in_transaction_ += n;
         pending_changes_ += n;
-        co_return;
-    }
-    if (auto* c = std::get_if<SourceCommit>(&work)) {
-        source_open_ = false;
-        complete_lsn_ = std::max(complete_lsn_, c->end_lsn);
-        pending_transactions_ += 1;
-        if (rows_in_transaction_ >= options_.batch_rows ||
-            now - transaction_started_ >= options_.flush_interval) {
-            co_await commit(complete_lsn_);
+        pending_transactions_ += batch->transactions;
+        source_open_ = !batch->commit;
+        if (batch->commit) {
+            complete_lsn_ = std::max(complete_lsn_, batch->commit->end_lsn);
+            if (rows_in_transaction_ >= options_.batch_rows ||
+                now - transaction_started_ >= options_.flush_interval) {
+                co_await commit(complete_lsn_);
+            }
         }
         co_return;
     }

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <variant>
 #include <vector>
 
@@ -34,15 +35,19 @@ struct CopyComplete {
     std::int64_t rows = 0;
 };
 
-/// Changes of the open source transaction, in source order.
-struct ChangeBatch {
-    std::vector<Change> changes;
-};
-
-/// The open source transaction committed; its changes are all in earlier ChangeBatches.
+/// A source commit: every change of the transaction has been handed over.
 struct SourceCommit {
     schema::Lsn end_lsn;
     std::int64_t commit_time = 0; ///< PostgreSQL clock (µs since 2000-01-01)
+};
+
+/// Stream changes in source order, possibly of several source transactions. `commit` is set
+/// when the batch ends exactly at a source commit (then every transaction in it is whole);
+/// otherwise its last transaction continues in the next batch.
+struct ChangeBatch {
+    std::vector<Change> changes;
+    std::optional<SourceCommit> commit;
+    std::int64_t transactions = 0; ///< source commits inside the batch
 };
 
 /// Nothing is open and the server has sent everything before `position`.
@@ -62,7 +67,7 @@ struct SchemaChange {
     std::shared_ptr<const schema::Table> table;
 };
 
-using ApplyWork = std::variant<CopyRows, CopyComplete, ChangeBatch, SourceCommit, SourceIdle,
-                               Finish, Tick, SchemaChange>;
+using ApplyWork =
+    std::variant<CopyRows, CopyComplete, ChangeBatch, SourceIdle, Finish, Tick, SchemaChange>;
 
 } // namespace pgtide::replicate

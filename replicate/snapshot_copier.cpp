@@ -50,9 +50,14 @@ std::string SnapshotCopier::page_query(const SourceTable& st, const std::vector<
         if (i) {
             select += ", ";
         }
-        select += schema::quote_identifier(t.columns[i].name);
-        if (!schema::has_binary_decoder(t.columns[i].type)) {
-            select += "::text";
+        const std::string column = "src." + schema::quote_identifier(t.columns[i].name);
+        if (schema::has_binary_decoder(t.columns[i].type)) {
+            select += column;
+        } else {
+            // The type's output function, as the stream prints it: `::text` is not always
+            // that (inet's cast to text keeps the /32 that its output omits).
+            select +=
+                "CASE WHEN " + column + " IS NULL THEN NULL ELSE format('%s', " + column + ") END";
         }
     }
     // The text form of every non-integer key column, for the next page's literals.

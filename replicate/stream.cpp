@@ -35,7 +35,9 @@ io::Task<void> Stream::send_status(bool reply) {
 io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
     decoder_ = std::make_unique<PgOutputDecoder>(replication_.proto_version());
     while (!done_) {
-        const auto deadline = std::chrono::steady_clock::now() + options_.tick;
+        const bool pending = !batch_.empty() || batch_commit_;
+        const auto deadline =
+            std::chrono::steady_clock::now() + (pending ? options_.batch_linger : options_.tick);
         StreamRead got = co_await replication_.read(deadline);
         if (auto* x = std::get_if<XLogData>(&got)) {
             co_await on_message(x->payload, out);
@@ -46,6 +48,7 @@ io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
             }
             if (!in_transaction_ && k->wal_end > last_idle_) {
                 last_idle_ = k->wal_end;
+                co_await flush_batch(out);
                 co_await out.send(ApplyWork{SourceIdle{k->wal_end}});
             }
             if (!in_transaction_ && options_.stop_at && k->wal_end >= *options_.stop_at) {
@@ -53,7 +56,11 @@ io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
                 done_ = true;
             }
         } else if (std::holds_alternative<StreamTimeout>(got)) {
-            co_await out.send(ApplyWork{Tick{}});
+            if (pending) {
+                co_await flush_batch(out); // the source paused: hand the batch over now
+            } else {
+                co_await out.send(ApplyWork{Tick{}});
+            }
         } else {
             throw TransientError("the source ended the replication stream");
         }
@@ -64,6 +71,7 @@ io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
             co_await send_status(false);
         }
     }
+    co_await flush_batch(out);
     co_await out.send(ApplyWork{Finish{}});
 }
 
@@ -194,11 +202,14 @@ schema::Row Stream::key_of(const schema::Table& table, const schema::Row& row) c
 }
 
 io::Task<void> Stream::flush_batch(io::Channel<ApplyWork>& out) {
-    if (!batch_.empty()) {
-        ChangeBatch b{std::move(batch_)};
-        batch_.clear();
-        co_await out.send(ApplyWork{std::move(b)});
+    if (batch_.empty() && !batch_commit_) {
+        co_return;
     }
+    ChangeBatch b{std::move(batch_), batch_commit_, batch_transactions_};
+    batch_.clear();
+    batch_commit_.reset();
+    batch_transactions_ = 0;
+    co_await out.send(ApplyWork{std::move(b)});
 }
 
 io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWork>& out) {
@@ -223,8 +234,8 @@ io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWor
         in_transaction_ = false;
         received_ = std::max(received_, c->end_lsn);
         if (!skipping_) {
-            co_await flush_batch(out);
-            co_await out.send(ApplyWork{SourceCommit{c->end_lsn, c->commit_time}});
+            batch_commit_ = SourceCommit{c->end_lsn, c->commit_time};
+            ++batch_transactions_;
         }
         skipping_ = false;
         if (options_.stop_at && c->end_lsn >= *options_.stop_at) {
@@ -248,6 +259,7 @@ io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWor
         if (!m->transactional && !in_transaction_) {
             if (m->lsn > last_idle_) {
                 last_idle_ = m->lsn;
+                co_await flush_batch(out);
                 co_await out.send(ApplyWork{SourceIdle{m->lsn}});
             }
             if (options_.stop_at && m->lsn >= *options_.stop_at) {
@@ -286,6 +298,7 @@ io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWor
     } else {
         co_return; // Origin, Type: nothing to apply
     }
+    batch_commit_.reset(); // the batch now ends inside a transaction
     if (std::int64_t(batch_.size()) >= options_.batch_rows) {
         co_await flush_batch(out);
     }

@@ -29,6 +29,8 @@ struct StreamOptions {
     std::int64_t batch_rows = 1000;
     std::chrono::milliseconds status_interval{10000};
     std::chrono::milliseconds tick{250};
+    /// A batch is handed over once no message arrived for this long (or when it is full).
+    std::chrono::milliseconds batch_linger{2};
     std::optional<schema::Lsn> stop_at; ///< --once: stop once everything before it is applied
 };
 
@@ -72,6 +74,8 @@ private:
     bool skipping_ = false;
     schema::Lsn version_;
     std::vector<Change> batch_;
+    std::optional<SourceCommit> batch_commit_; ///< set while the batch ends at a commit
+    std::int64_t batch_transactions_ = 0;
     schema::Lsn received_;
     schema::Lsn last_idle_;
     bool done_ = false;
