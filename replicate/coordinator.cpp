@@ -214,6 +214,13 @@ io::Task<RunSummary> Coordinator::run() {
     std::vector<std::shared_ptr<const schema::Table>> tables;
     for (const auto& st : source_tables) {
         tables.push_back(std::make_shared<const schema::Table>(st.table));
+        for (std::size_t c = 0; c < st.table.columns.size(); ++c) {
+            const bool binary = schema::has_binary_decoder(st.table.columns[c].type);
+            io::log_debug(binary ? "column copied in binary" : "column copied as text",
+                          {{"table", st.table.qualified()},
+                           {"column", st.table.columns[c].name},
+                           {"type", st.columns[c].type_sql}});
+        }
     }
 
     const std::string slot = options_.slot;
@@ -240,7 +247,7 @@ io::Task<RunSummary> Coordinator::run() {
                                     " but the destination followed timeline " +
                                     std::to_string(checkpoint->timeline) +
                                     " (a restored backup or a promoted standby); start a new "
-                                    "destination or `pgtide run --resnapshot`");
+                                    "destination (a new file, or drop it and its slot)");
         }
         // A live owner keeps sessions named after its token on the source; the lease alone
         // could be the leftover of a killed process.
