@@ -604,10 +604,16 @@ TEST_F(AllTypes, InetWithoutMaskIsCopiedAsPostgresPrintsIt) {
                      "pub_hosts",
                      "s_hosts_" + dbname(),
                      (dir_ / "hosts.db").string(),
-                     {{"c_inet", "inet", "TEXT", false, {"'10.0.0.1'", "'::1'", "'10.0.0.0/8'",
-                                                        "'192.168.0.1/24'"}},
-                      {"c_cidr", "cidr", "TEXT", false, {"'10.0.0.1'", "'::1'", "'10.0.0.0/8'",
-                                                        "'192.168.0.0/24'"}}}};
+                     {{"c_inet",
+                       "inet",
+                       "TEXT",
+                       false,
+                       {"'10.0.0.1'", "'::1'", "'10.0.0.0/8'", "'192.168.0.1/24'"}},
+                      {"c_cidr",
+                       "cidr",
+                       "TEXT",
+                       false,
+                       {"'10.0.0.1'", "'::1'", "'10.0.0.0/8'", "'192.168.0.0/24'"}}}};
     create(p);
     run_once(p, false);
     copy_rows(p, kTextStreamOffset);
@@ -620,9 +626,9 @@ TEST_F(AllTypes, InetWithoutMaskIsCopiedAsPostgresPrintsIt) {
     };
     for (const auto& [column, values] : printed) {
         for (int row = 1; row <= kValueRows; ++row) {
-            EXPECT_EQ(query_value("SELECT " + column + " FROM hosts WHERE id = " +
-                                  std::to_string(row)),
-                      values[std::size_t(row - 1)]);
+            EXPECT_EQ(
+                query_value("SELECT " + column + " FROM hosts WHERE id = " + std::to_string(row)),
+                values[std::size_t(row - 1)]);
             for (const int offset : {0, kTextStreamOffset, kBinaryStreamOffset}) {
                 SCOPED_TRACE(column + " row " + std::to_string(row + offset));
                 EXPECT_EQ(cell(p, column, row + offset),

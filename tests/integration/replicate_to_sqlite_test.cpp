@@ -8,6 +8,7 @@
 
 #include "tests/support/pg_server.hpp"
 #include "tests/support/pgtide_process.hpp"
+#include "tests/support/replication_test.hpp"
 #include "tests/support/sqlite_file.hpp"
 
 namespace pgtide::testing {
@@ -58,54 +59,8 @@ constexpr const char* kSourceItems =
 constexpr const char* kDestItems = "SELECT id, flag, small, medium, amount, ratio, name, code, "
                                    "payload, uid, day, at, at_tz, doc FROM items ORDER BY id";
 
-class ReplicateToSqlite : public PgTest {
+class ReplicateToSqlite : public ReplicationTest {
 protected:
-    void SetUp() override {
-        PgTest::SetUp();
-        if (IsSkipped() || HasFatalFailure()) {
-            return;
-        }
-        // Text forms of the comparison queries, as pgtide's sessions print them.
-        exec("ALTER DATABASE " + dbname() + " SET TimeZone = 'UTC'; ALTER DATABASE " + dbname() +
-             " SET extra_float_digits = 1; ALTER DATABASE " + dbname() +
-             " SET bytea_output = 'hex'; ALTER DATABASE " + dbname() + " SET DateStyle = 'ISO'");
-        dir_ = std::filesystem::temp_directory_path() /
-               ("pgtide-it-" + std::to_string(::getpid()) + "-" + dbname());
-        std::filesystem::create_directories(dir_);
-        sqlite_path_ = (dir_ / "replica.db").string();
-    }
-    void TearDown() override {
-        if (!dir_.empty()) {
-            std::error_code ec;
-            std::filesystem::remove_all(dir_, ec);
-        }
-    }
-
-    std::vector<std::string> run_args(bool once) const {
-        std::vector<std::string> args{"run"};
-        if (once) {
-            args.push_back("--once");
-            args.push_back("--json");
-        }
-        for (const auto& a :
-             {std::string("--source"), dsn(), std::string("--publication"), std::string("pub"),
-              std::string("--slot"), slot(), std::string("--to"), "sqlite:" + sqlite_path_}) {
-            args.push_back(a);
-        }
-        return args;
-    }
-
-    /// Runs `pgtide run --once` to completion; returns its JSON summary line.
-    std::string run_once() const {
-        std::string out;
-        std::string err;
-        const int code = PgtideProcess::run(run_args(true), &out, &err);
-        EXPECT_EQ(code, 0) << "stdout:\n" << out << "\nstderr:\n" << err;
-        return out;
-    }
-
-    std::string slot() const { return "slot_" + dbname(); }
-
     std::int64_t checkpoint_lsn() const {
         SqliteFile f(sqlite_path_);
         return std::stoll(f.value("SELECT lsn FROM _pgtide_checkpoint"));
@@ -121,41 +76,12 @@ protected:
         return std::stoll(query_value("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint"));
     }
 
-    /// A single value from the destination, or nullopt while the file or table is not there yet.
-    std::optional<std::string> dest_value(const std::string& sql) const {
-        try {
-            const Rows r = SqliteFile(sqlite_path_).rows(sql);
-            if (r.size() == 1 && r[0].size() == 1) {
-                return r[0][0];
-            }
-        } catch (const std::exception&) {
-        }
-        return std::nullopt;
-    }
-
     /// Bounded wait until the destination's items table holds `n` rows.
     bool wait_for_dest_count(int n) const {
-        for (int i = 0; i < 2400; ++i) {
-            if (dest_value("SELECT count(*) FROM items") == std::to_string(n)) {
-                return true;
-            }
-            std::this_thread::sleep_for(25ms);
-        }
-        return false;
+        return wait_for_dest("SELECT count(*) FROM items", std::to_string(n));
     }
 
-    void expect_items_equal() const {
-        SqliteFile f(sqlite_path_);
-        const Rows source = query(kSourceItems);
-        const Rows dest = f.rows(kDestItems);
-        ASSERT_EQ(source.size(), dest.size());
-        for (std::size_t i = 0; i < source.size(); ++i) {
-            ASSERT_EQ(source[i], dest[i]) << "row " << i;
-        }
-    }
-
-    std::filesystem::path dir_;
-    std::string sqlite_path_;
+    void expect_items_equal() const { expect_equal(kSourceItems, kDestItems); }
 };
 
 TEST_F(ReplicateToSqlite, CopiesTenThousandRowsThenStreamsChanges) {

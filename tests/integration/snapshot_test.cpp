@@ -14,6 +14,7 @@
 
 #include "tests/support/pg_server.hpp"
 #include "tests/support/pgtide_process.hpp"
+#include "tests/support/replication_test.hpp"
 #include "tests/support/sqlite_file.hpp"
 
 namespace pgtide::testing {
@@ -21,29 +22,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class Snapshot : public PgTest {
+class Snapshot : public ReplicationTest {
 protected:
-    void SetUp() override {
-        PgTest::SetUp();
-        if (IsSkipped() || HasFatalFailure()) {
-            return;
-        }
-        exec("ALTER DATABASE " + dbname() + " SET TimeZone = 'UTC'; ALTER DATABASE " + dbname() +
-             " SET extra_float_digits = 1");
-        dir_ = std::filesystem::temp_directory_path() /
-               ("pgtide-sn-" + std::to_string(::getpid()) + "-" + dbname());
-        std::filesystem::create_directories(dir_);
-        sqlite_path_ = (dir_ / "replica.db").string();
-    }
-    void TearDown() override {
-        if (!dir_.empty()) {
-            std::error_code ec;
-            std::filesystem::remove_all(dir_, ec);
-        }
-    }
-
-    std::string slot() const { return "s_" + dbname(); }
-
     /// A config file with small pages and batches, so copies take many steps.
     std::string config(const std::string& extra_source = "", const std::string& extra = "") const {
         const auto path = (dir_ / "pgtide.toml").string();
@@ -57,8 +37,8 @@ protected:
         return path;
     }
 
-    int run_once(const std::string& config_path, std::string* out = nullptr,
-                 std::string* err = nullptr) const {
+    int run_config_once(const std::string& config_path, std::string* out = nullptr,
+                        std::string* err = nullptr) const {
         std::string o;
         std::string e;
         const int code = PgtideProcess::run({"run", "--once", "--json", "-c", config_path}, &o, &e);
@@ -70,39 +50,6 @@ protected:
         }
         return code;
     }
-
-    std::optional<std::string> dest_value(const std::string& sql) const {
-        try {
-            const Rows r = SqliteFile(sqlite_path_).rows(sql);
-            if (r.size() == 1 && r[0].size() == 1) {
-                return r[0][0];
-            }
-        } catch (const std::exception&) {
-        }
-        return std::nullopt;
-    }
-
-    bool wait_for(const std::function<bool()>& done) const {
-        for (int i = 0; i < 2400; ++i) {
-            if (done()) {
-                return true;
-            }
-            std::this_thread::sleep_for(10ms);
-        }
-        return false;
-    }
-
-    void expect_equal(const std::string& source_sql, const std::string& dest_sql) const {
-        const Rows source = query(source_sql);
-        const Rows dest = SqliteFile(sqlite_path_).rows(dest_sql);
-        ASSERT_EQ(source.size(), dest.size()) << source_sql;
-        for (std::size_t i = 0; i < source.size(); ++i) {
-            ASSERT_EQ(source[i], dest[i]) << "row " << i << " of " << dest_sql;
-        }
-    }
-
-    std::filesystem::path dir_;
-    std::string sqlite_path_;
 };
 
 TEST_F(Snapshot, EightTablesWithFourReadersEqualTheSource) {
@@ -117,7 +64,7 @@ TEST_F(Snapshot, EightTablesWithFourReadersEqualTheSource) {
     exec("CREATE PUBLICATION pub FOR TABLE " + tables);
     std::string out;
     std::string err;
-    ASSERT_EQ(run_once(config(), &out, &err), 0) << err;
+    ASSERT_EQ(run_config_once(config(), &out, &err), 0) << err;
     EXPECT_NE(out.find("\"tables_copied\":8"), std::string::npos) << out;
     for (int t = 0; t < 8; ++t) {
         const std::string name = "t" + std::to_string(t);
@@ -142,7 +89,7 @@ TEST_F(Snapshot, OddNamesAndCompositeKeysOfMixedTypesPageCorrectly) {
     exec(R"sql(CREATE PUBLICATION pub FOR TABLE "Weird ""Name"" é", "UPPER")sql");
     std::string out;
     std::string err;
-    ASSERT_EQ(run_once(config(), &out, &err), 0) << out << err;
+    ASSERT_EQ(run_config_once(config(), &out, &err), 0) << out << err;
     const std::string count = query_value(R"sql(SELECT count(*) FROM "Weird ""Name"" é")sql");
     EXPECT_EQ(dest_value(R"sql(SELECT count(*) FROM "Weird ""Name"" é")sql"), count);
     expect_equal(R"sql(SELECT w."select"::text, w."Key Text", w."UUID"::text,
@@ -162,7 +109,7 @@ TEST_F(Snapshot, RowFilterAndColumnListShapeTheCopyAndTheStream) {
     exec("INSERT INTO orders SELECT g, g % 4, 'hidden', g * 10 FROM generate_series(1, 400) g");
     exec("CREATE PUBLICATION pub FOR TABLE orders (id, tenant, total) WHERE (tenant = 1)");
     std::string err;
-    ASSERT_EQ(run_once(config(), nullptr, &err), 0) << err;
+    ASSERT_EQ(run_config_once(config(), nullptr, &err), 0) << err;
     const std::string filtered =
         "SELECT o.id::text, o.tenant::text, o.total::text FROM orders o WHERE o.tenant = 1 "
         "ORDER BY o.id";
@@ -177,7 +124,7 @@ TEST_F(Snapshot, RowFilterAndColumnListShapeTheCopyAndTheStream) {
     exec("UPDATE orders SET tenant = 2 WHERE id % 7 = 0 AND tenant = 1");
     exec("UPDATE orders SET total = -total WHERE tenant = 1");
     exec("DELETE FROM orders WHERE id % 9 = 0");
-    ASSERT_EQ(run_once(config(), nullptr, &err), 0) << err;
+    ASSERT_EQ(run_config_once(config(), nullptr, &err), 0) << err;
     expect_equal(filtered, "SELECT id, tenant, total FROM orders ORDER BY id");
 }
 
@@ -234,7 +181,7 @@ TEST_F(Snapshot, KilledMidCopyReplacesItsOwnSlotOnTheNextRun) {
         "'");
     std::string out;
     std::string err;
-    ASSERT_EQ(run_once(config(), &out, &err), 0) << err;
+    ASSERT_EQ(run_config_once(config(), &out, &err), 0) << err;
     EXPECT_NE(out.find("\"epoch\":2"), std::string::npos) << out;
     EXPECT_NE(err.find("dropping the slot of an unfinished snapshot"), std::string::npos) << err;
     EXPECT_NE(query_value("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE "
@@ -254,13 +201,14 @@ TEST_F(Snapshot, SlotsItCannotProveItsOwnAreNeverTouched) {
 
     // A logical pgoutput slot of the same name, not ours: refused by default...
     exec("SELECT pg_create_logical_replication_slot('" + slot() + "', 'pgoutput')");
-    EXPECT_EQ(run_once(config(), &out, &err), 3);
+    EXPECT_EQ(run_config_once(config(), &out, &err), 3);
     EXPECT_NE(err.find("cannot prove it created it"), std::string::npos) << err;
     EXPECT_EQ(query_value(
                   "SELECT count(*) FROM pg_replication_slots WHERE database = current_database()"),
               "1");
     // ...and replaced with existing_slot = "restart_snapshot".
-    ASSERT_EQ(run_once(config("existing_slot = \"restart_snapshot\""), &out, &err), 0) << err;
+    ASSERT_EQ(run_config_once(config("existing_slot = \"restart_snapshot\""), &out, &err), 0)
+        << err;
     expect_equal("SELECT t.id::text FROM t ORDER BY t.id", "SELECT id FROM t ORDER BY id");
     exec("SELECT pg_drop_replication_slot('" + slot() + "')");
     std::filesystem::remove(sqlite_path_);
@@ -269,7 +217,7 @@ TEST_F(Snapshot, SlotsItCannotProveItsOwnAreNeverTouched) {
 
     // A physical slot and a slot of another plugin: refused even with restart_snapshot.
     exec("SELECT pg_create_physical_replication_slot('" + slot() + "')");
-    EXPECT_EQ(run_once(config("existing_slot = \"restart_snapshot\""), &out, &err), 3);
+    EXPECT_EQ(run_config_once(config("existing_slot = \"restart_snapshot\""), &out, &err), 3);
     EXPECT_NE(err.find("a physical slot"), std::string::npos) << err;
     EXPECT_EQ(query_value("SELECT slot_type FROM pg_replication_slots WHERE slot_name = '" +
                           slot() + "'"),
@@ -277,7 +225,7 @@ TEST_F(Snapshot, SlotsItCannotProveItsOwnAreNeverTouched) {
     exec("SELECT pg_drop_replication_slot('" + slot() + "')");
 
     exec("SELECT pg_create_logical_replication_slot('" + slot() + "', 'test_decoding')");
-    EXPECT_EQ(run_once(config("existing_slot = \"restart_snapshot\""), &out, &err), 3);
+    EXPECT_EQ(run_config_once(config("existing_slot = \"restart_snapshot\""), &out, &err), 3);
     EXPECT_NE(err.find("plugin 'test_decoding'"), std::string::npos) << err;
     EXPECT_EQ(
         query_value("SELECT plugin FROM pg_replication_slots WHERE slot_name = '" + slot() + "'"),
@@ -306,7 +254,7 @@ TEST_F(Snapshot, AnActiveSlotIsNeverTouched) {
     }));
     std::string out;
     std::string err;
-    EXPECT_EQ(run_once(config("existing_slot = \"restart_snapshot\""), &out, &err), 4);
+    EXPECT_EQ(run_config_once(config("existing_slot = \"restart_snapshot\""), &out, &err), 4);
     EXPECT_NE(err.find("is in use by another process"), std::string::npos) << err;
     ::kill(pid, SIGKILL);
     int status = 0;

@@ -10,6 +10,7 @@
 
 #include "tests/support/pg_server.hpp"
 #include "tests/support/pgtide_process.hpp"
+#include "tests/support/replication_test.hpp"
 #include "tests/support/sqlite_file.hpp"
 
 namespace pgtide::testing {
@@ -17,80 +18,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class StreamScenarios : public PgTest {
+class StreamScenarios : public ReplicationTest {
 protected:
-    void SetUp() override {
-        PgTest::SetUp();
-        if (IsSkipped() || HasFatalFailure()) {
-            return;
-        }
-        exec("ALTER DATABASE " + dbname() + " SET TimeZone = 'UTC'; ALTER DATABASE " + dbname() +
-             " SET extra_float_digits = 1; ALTER DATABASE " + dbname() +
-             " SET bytea_output = 'hex'");
-        dir_ = std::filesystem::temp_directory_path() /
-               ("pgtide-st-" + std::to_string(::getpid()) + "-" + dbname());
-        std::filesystem::create_directories(dir_);
-        sqlite_path_ = (dir_ / "replica.db").string();
-    }
-    void TearDown() override {
-        if (!dir_.empty()) {
-            std::error_code ec;
-            std::filesystem::remove_all(dir_, ec);
-        }
-    }
-
-    std::vector<std::string> args(bool once) const {
-        std::vector<std::string> a{"run"};
-        if (once) {
-            a.insert(a.end(), {"--once", "--json"});
-        }
-        a.insert(a.end(), {"--source", dsn(), "--publication", "pub", "--slot", "s_" + dbname(),
-                           "--to", "sqlite:" + sqlite_path_});
-        return a;
-    }
-
-    std::string run_once() const {
-        std::string out;
-        std::string err;
-        const int code = PgtideProcess::run(args(true), &out, &err);
-        EXPECT_EQ(code, 0) << "stdout:\n" << out << "\nstderr:\n" << err;
-        return out;
-    }
-
-    /// Source and destination rows of `source_sql` and `dest_sql` are identical.
-    void expect_equal(const std::string& source_sql, const std::string& dest_sql) const {
-        const Rows source = query(source_sql);
-        const Rows dest = SqliteFile(sqlite_path_).rows(dest_sql);
-        ASSERT_EQ(source.size(), dest.size()) << source_sql;
-        for (std::size_t i = 0; i < source.size(); ++i) {
-            ASSERT_EQ(source[i], dest[i]) << "row " << i << " of " << dest_sql;
-        }
-    }
-
-    std::optional<std::string> dest_value(const std::string& sql) const {
-        try {
-            const Rows r = SqliteFile(sqlite_path_).rows(sql);
-            if (r.size() == 1 && r[0].size() == 1) {
-                return r[0][0];
-            }
-        } catch (const std::exception&) {
-        }
-        return std::nullopt;
-    }
-
-    /// Bounded wait until the destination answers `sql` with `expected`.
-    bool wait_for_dest(const std::string& sql, const std::string& expected) const {
-        for (int i = 0; i < 2400; ++i) {
-            if (dest_value(sql) == expected) {
-                return true;
-            }
-            std::this_thread::sleep_for(25ms);
-        }
-        return false;
-    }
-
-    std::filesystem::path dir_;
-    std::string sqlite_path_;
+    std::vector<std::string> args(bool once) const { return run_args(once); }
 };
 
 TEST_F(StreamScenarios, UnchangedToastColumnKeepsItsValue) {
