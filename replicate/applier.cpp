@@ -21,11 +21,36 @@ Applier::Applier(SqliteDestination& destination, io::WorkerThread& writer, Check
                  ApplierOptions options)
     : destination_(destination), writer_(writer), checkpoint_(std::move(durable)),
       options_(options), last_commit_(std::chrono::steady_clock::now()),
-      complete_lsn_(checkpoint_.lsn) {}
+      complete_lsn_(checkpoint_.lsn), last_progress_log_(last_commit_) {}
 
 void Applier::set_tables(std::vector<std::shared_ptr<const schema::Table>> tables) {
     tables_ = std::move(tables);
     rows_per_table_.assign(tables_.size(), 0);
+}
+
+void Applier::log_progress(std::chrono::steady_clock::time_point now) {
+    if (now - last_progress_log_ < options_.progress_interval) {
+        return;
+    }
+    const double seconds = std::chrono::duration<double>(now - last_progress_log_).count();
+    last_progress_log_ = now;
+    const auto rate = [seconds](std::int64_t n) {
+        return std::to_string(std::int64_t(double(n) / std::max(seconds, 0.001)));
+    };
+    if (checkpoint_.phase == Phase::Snapshot) {
+        io::log_info("copy progress",
+                     {{"rows", std::to_string(stats_.rows_copied)},
+                      {"rows_per_s", rate(stats_.rows_copied - logged_.rows_copied)},
+                      {"tables_copied", std::to_string(stats_.tables_copied)},
+                      {"tables", std::to_string(tables_.size())},
+                      {"epoch", std::to_string(checkpoint_.epoch)}});
+    } else {
+        io::log_info("stream progress", {{"transactions", std::to_string(stats_.transactions)},
+                                         {"changes", std::to_string(stats_.changes)},
+                                         {"changes_per_s", rate(stats_.changes - logged_.changes)},
+                                         {"lsn", checkpoint_.lsn.str()}});
+    }
+    logged_ = stats_;
 }
 
 void Applier::note_progress(TableProgress progress) {
@@ -80,6 +105,7 @@ io::Task<void> Applier::commit(schema::Lsn lsn) {
     stats_.changes += pending_changes_;
     pending_transactions_ = 0;
     pending_changes_ = 0;
+    log_progress(last_commit_);
     if (stream_ != nullptr) {
         // Only now is the checkpoint durable: the slot may move up to it, never further.
         co_await stream_->send_status(checkpoint_.lsn, checkpoint_.lsn, false);
@@ -131,6 +157,7 @@ io::Task<void> Applier::apply(ApplyWork work) {
         const auto& t = *tables_.at(rows->table);
         note_progress(TableProgress{t.qualified(), t.target, TableState::Copying, checkpoint_.epoch,
                                     version, rows_per_table_.at(rows->table)});
+        log_progress(now);
         if (rows_in_transaction_ >= options_.batch_rows * 5) {
             co_await commit(checkpoint_.lsn);
         }

@@ -39,6 +39,7 @@ struct ApplierOptions {
     std::chrono::milliseconds lease{30000};
     std::chrono::milliseconds lease_renewal{10000};
     std::chrono::milliseconds idle_checkpoint_interval{10000};
+    std::chrono::milliseconds progress_interval{10000}; ///< between progress log lines
 };
 
 struct ApplyStats {
@@ -84,6 +85,8 @@ private:
     io::Task<void> commit(schema::Lsn lsn);
     Checkpoint next_checkpoint(schema::Lsn lsn) const;
     void note_progress(TableProgress progress);
+    /// A progress line (copy or stream) when progress_interval has passed since the last.
+    void log_progress(std::chrono::steady_clock::time_point now);
     io::Task<void> replace_checkpoint(std::string owner, std::int64_t lease_until);
 
     SqliteDestination& destination_;
@@ -105,6 +108,8 @@ private:
     std::int64_t pending_transactions_ = 0;
     std::int64_t pending_changes_ = 0;
     ApplyStats stats_;
+    ApplyStats logged_; ///< stats_ at the last progress line
+    std::chrono::steady_clock::time_point last_progress_log_;
 };
 
 } // namespace pgtide::replicate
