@@ -3,6 +3,7 @@
 
 #include "io/log.hpp"
 #include "replicate/errors.hpp"
+#include "replicate/metrics.hpp"
 #include "replicate/replication_connection.hpp"
 
 namespace pgtide::replicate {
@@ -15,13 +16,22 @@ std::int64_t unix_ms_now() {
         .count();
 }
 
+void publish_checkpoint(Metrics* metrics, const Checkpoint& checkpoint) {
+    if (metrics != nullptr) {
+        metrics->checkpoint_lsn = checkpoint.lsn.value();
+        metrics->epoch = checkpoint.epoch;
+    }
+}
+
 } // namespace
 
 Applier::Applier(SqliteDestination& destination, io::WorkerThread& writer, Checkpoint durable,
                  ApplierOptions options)
     : destination_(destination), writer_(writer), checkpoint_(std::move(durable)),
       options_(options), last_commit_(std::chrono::steady_clock::now()),
-      complete_lsn_(checkpoint_.lsn), last_progress_log_(last_commit_) {}
+      complete_lsn_(checkpoint_.lsn), last_progress_log_(last_commit_) {
+    publish_checkpoint(options_.metrics, checkpoint_);
+}
 
 void Applier::set_tables(std::vector<std::shared_ptr<const schema::Table>> tables) {
     tables_ = std::move(tables);
@@ -90,7 +100,10 @@ io::Task<void> Applier::commit(schema::Lsn lsn) {
         dest->commit();
         return true;
     };
+    const auto commit_started = std::chrono::steady_clock::now();
     const bool ok = co_await writer_.run(std::move(job));
+    const double commit_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - commit_started).count();
     in_transaction_ = false;
     rows_in_transaction_ = 0;
     if (!ok) {
@@ -103,8 +116,19 @@ io::Task<void> Applier::commit(schema::Lsn lsn) {
     last_commit_ = std::chrono::steady_clock::now();
     stats_.transactions += pending_transactions_;
     stats_.changes += pending_changes_;
+    if (Metrics* m = options_.metrics) {
+        m->destination_commits += 1;
+        m->commit_seconds.observe(commit_seconds);
+        m->applied_transactions += pending_transactions_;
+        m->applied_changes += pending_changes_;
+        if (pending_commit_time_ != 0) {
+            m->last_applied_commit_time = pending_commit_time_;
+        }
+        publish_checkpoint(m, checkpoint_);
+    }
     pending_transactions_ = 0;
     pending_changes_ = 0;
+    pending_commit_time_ = 0;
     log_progress(last_commit_);
     if (stream_ != nullptr) {
         // Only now is the checkpoint durable: the slot may move up to it, never further.
@@ -155,6 +179,10 @@ io::Task<void> Applier::apply(ApplyWork work) {
         rows_per_table_.at(rows->table) += n;
         stats_.rows_copied += n;
         const auto& t = *tables_.at(rows->table);
+        if (Metrics* m = options_.metrics) {
+            m->rows_copied += n;
+            m->snapshot_rows[t.qualified()] = rows_per_table_.at(rows->table);
+        }
         note_progress(TableProgress{t.qualified(), t.target, TableState::Copying, checkpoint_.epoch,
                                     version, rows_per_table_.at(rows->table)});
         log_progress(now);
@@ -168,6 +196,9 @@ io::Task<void> Applier::apply(ApplyWork work) {
         note_progress(TableProgress{t.qualified(), t.target, TableState::Copied, checkpoint_.epoch,
                                     checkpoint_.consistent_lsn, done->rows});
         stats_.tables_copied += 1;
+        if (options_.metrics != nullptr) {
+            options_.metrics->tables_copied += 1;
+        }
         io::log_info("table copied",
                      {{"table", t.qualified()}, {"rows", std::to_string(done->rows)}});
         co_return;
@@ -206,6 +237,7 @@ io::Task<void> Applier::apply(ApplyWork work) {
         source_open_ = !batch->commit;
         if (batch->commit) {
             complete_lsn_ = std::max(complete_lsn_, batch->commit->end_lsn);
+            pending_commit_time_ = batch->commit->commit_time;
             if (rows_in_transaction_ >= options_.batch_rows ||
                 now - transaction_started_ >= options_.flush_interval) {
                 co_await commit(complete_lsn_);
@@ -228,8 +260,10 @@ io::Task<void> Applier::apply(ApplyWork work) {
     }
     if (auto* change = std::get_if<SchemaChange>(&work)) {
         // DDL is transactional in SQLite: the new column commits with the changes using it.
+        // `work` owns the table until this returns, after the job ran: plain pointers suffice
+        // (and avoid a GCC 12 coroutine bug that destroyed a shared_ptr local twice here).
         const bool open = in_transaction_;
-        std::shared_ptr<const schema::Table> table = change->table;
+        const schema::Table* table = change->table.get();
         auto job = [dest, open, table]() {
             if (!open) {
                 dest->begin();
@@ -289,6 +323,13 @@ io::Task<void> Applier::start_epoch(std::int64_t epoch, schema::Lsn consistent_l
     checkpoint_ = next;
     complete_lsn_ = consistent_lsn;
     rows_per_table_.assign(tables_.size(), 0);
+    publish_checkpoint(options_.metrics, checkpoint_);
+    if (Metrics* m = options_.metrics) {
+        m->snapshot_rows.clear();
+        for (const auto& t : tables_) {
+            m->snapshot_rows[t->qualified()] = 0;
+        }
+    }
 }
 
 io::Task<void> Applier::complete_snapshot() {
@@ -348,6 +389,7 @@ io::Task<void> Applier::replace_checkpoint(std::string owner, std::int64_t lease
     }
     checkpoint_ = next;
     last_commit_ = std::chrono::steady_clock::now();
+    publish_checkpoint(options_.metrics, checkpoint_);
 }
 
 io::Task<void> Applier::abort() {
@@ -363,6 +405,7 @@ io::Task<void> Applier::abort() {
     complete_lsn_ = checkpoint_.lsn;
     pending_changes_ = 0;
     pending_transactions_ = 0;
+    pending_commit_time_ = 0;
 }
 
 } // namespace pgtide::replicate

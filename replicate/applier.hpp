@@ -32,6 +32,7 @@
 namespace pgtide::replicate {
 
 class ReplicationConnection;
+struct Metrics;
 
 struct ApplierOptions {
     std::int64_t batch_rows = 10000;
@@ -40,6 +41,7 @@ struct ApplierOptions {
     std::chrono::milliseconds lease_renewal{10000};
     std::chrono::milliseconds idle_checkpoint_interval{10000};
     std::chrono::milliseconds progress_interval{10000}; ///< between progress log lines
+    Metrics* metrics = nullptr;                         ///< counters to bump, if any
 };
 
 struct ApplyStats {
@@ -107,6 +109,7 @@ private:
     bool source_open_ = false; ///< changes of an uncommitted source transaction are applied
     std::int64_t pending_transactions_ = 0;
     std::int64_t pending_changes_ = 0;
+    std::int64_t pending_commit_time_ = 0; ///< of the last source commit not yet durable
     ApplyStats stats_;
     ApplyStats logged_; ///< stats_ at the last progress line
     std::chrono::steady_clock::time_point last_progress_log_;

@@ -3,8 +3,10 @@
 
 #include <random>
 
+#include "io/async_scope.hpp"
 #include "io/cancel.hpp"
 #include "io/channel.hpp"
+#include "io/http_server.hpp"
 #include "io/log.hpp"
 #include "io/pg_connection.hpp"
 #include "io/timer.hpp"
@@ -95,6 +97,12 @@ bool is_connection_loss(const std::exception_ptr& e) {
     }
 }
 
+// A reconnect after a lost source connection, for the metrics.
+void note_connection_loss(Metrics& metrics) {
+    metrics.reconnects += 1;
+    metrics.last_error_unix_s = unix_ms_now() / 1000;
+}
+
 // Closes the channel when the producer ends, however it ends, so the consumer never waits
 // for work that will not come.
 io::Task<void> produce_copy(SnapshotCopier* copier, io::Channel<ApplyWork>* channel) {
@@ -183,6 +191,41 @@ io::Task<void> consume(Applier* applier, io::Channel<ApplyWork>* channel) {
 Coordinator::Coordinator(RunOptions options) : options_(std::move(options)) {}
 
 io::Task<RunSummary> Coordinator::run() {
+    if (!options_.metrics_listen) {
+        co_return co_await run_phases();
+    }
+    std::optional<io::HttpServer> server;
+    try {
+        server.emplace(*options_.metrics_listen);
+    } catch (const std::exception& e) {
+        throw DefiniteError(ExitCode::Usage, std::string("metrics.listen: ") + e.what() +
+                                                 "; choose another address or stop whatever "
+                                                 "uses it");
+    }
+    const Metrics* metrics = &metrics_;
+    auto render = [metrics]() {
+        return render_metrics(*metrics, std::chrono::system_clock::now());
+    };
+    server->route("/metrics", kMetricsContentType, std::move(render));
+    io::log_info("serving metrics", {{"address", *options_.metrics_listen}});
+    io::AsyncScope scope;
+    scope.spawn(server->serve());
+    std::exception_ptr error;
+    RunSummary summary;
+    try {
+        summary = co_await run_phases();
+    } catch (...) {
+        error = std::current_exception();
+    }
+    server->stop();
+    co_await scope.join();
+    if (error) {
+        std::rethrow_exception(error);
+    }
+    co_return summary;
+}
+
+io::Task<RunSummary> Coordinator::run_phases() {
     const std::string owner = random_token();
     // Every session of this process carries the owner token, so that a newcomer can tell a
     // live owner from the lease of a dead one.
@@ -303,6 +346,7 @@ io::Task<RunSummary> Coordinator::run() {
     applier_options.batch_rows = options_.apply_batch_rows;
     applier_options.flush_interval = options_.flush_interval;
     applier_options.idle_checkpoint_interval = options_.status_interval;
+    applier_options.metrics = &metrics_;
     Applier applier(*d, writer, *checkpoint, applier_options);
     applier.set_tables(tables);
     if (checkpoint->owner != owner) {
@@ -351,6 +395,7 @@ io::Task<RunSummary> Coordinator::run() {
         // Each attempt is an epoch of its own: a lost connection abandons it (its slot is
         // ours, so it is dropped) and the next attempt starts over under a new slot. An
         // exported snapshot that expired is never reused.
+        metrics_.phase = Metrics::Phase::Snapshot;
         for (int attempt = 1;; ++attempt) {
             std::exception_ptr error;
             const std::int64_t epoch = applier.checkpoint().epoch + 1;
@@ -395,6 +440,7 @@ io::Task<RunSummary> Coordinator::run() {
             try {
                 std::rethrow_exception(error);
             } catch (const std::exception& e) {
+                note_connection_loss(metrics_);
                 io::log_warn("lost a source connection during the snapshot; starting a new epoch",
                              {{"epoch", std::to_string(epoch)},
                               {"attempt", std::to_string(attempt)},
@@ -476,6 +522,7 @@ io::Task<RunSummary> Coordinator::run() {
             const schema::Lsn start = applier.checkpoint().lsn;
             co_await replication.start(slot, start, options_.publications, binary);
             io::log_info("streaming", {{"slot", slot}, {"lsn", start.str()}});
+            metrics_.phase = Metrics::Phase::Streaming;
             backoff = std::chrono::milliseconds(100);
             StreamOptions stream_options;
             stream_options.status_interval = options_.status_interval;
@@ -484,6 +531,7 @@ io::Task<RunSummary> Coordinator::run() {
             stream_options.tick =
                 std::max(std::chrono::milliseconds(10), options_.flush_interval / 2);
             stream_options.stop_at = target;
+            stream_options.metrics = &metrics_;
             Stream stream(replication, catalog_conn, catalog, tables, start,
                           &applier.checkpoint().lsn, &stop_requested_, stream_options);
             applier.set_stream(&replication);
@@ -511,6 +559,8 @@ io::Task<RunSummary> Coordinator::run() {
         try {
             std::rethrow_exception(error);
         } catch (const std::exception& e) {
+            note_connection_loss(metrics_);
+            metrics_.phase = Metrics::Phase::Reconnecting;
             io::log_warn("lost the replication connection; reconnecting",
                          {{"error", e.what()}, {"retry_in_ms", std::to_string(backoff.count())}});
         }
@@ -524,6 +574,7 @@ io::Task<RunSummary> Coordinator::run() {
         }
     }
 
+    metrics_.phase = Metrics::Phase::Stopping;
     co_await applier.release_lease();
     RunSummary summary;
     summary.tables_copied = applier.stats().tables_copied;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "io/task.hpp"
+#include "replicate/metrics.hpp"
 #include "replicate/source_catalog.hpp"
 #include "schema/lsn.hpp"
 
@@ -50,6 +51,8 @@ struct RunOptions {
     std::vector<TableOverride> tables;
     bool once = false;
     bool resnapshot = false;
+    /// "HOST:PORT" to serve Prometheus metrics at /metrics while the run lasts; off when unset.
+    std::optional<std::string> metrics_listen;
 };
 
 struct RunSummary {
@@ -66,6 +69,8 @@ public:
     explicit Coordinator(RunOptions options);
 
     /// Runs until --once reaches its target, a stop request is honoured, or a definite error.
+    /// With metrics_listen, serves /metrics on the loop for as long (binding first: a busy
+    /// address is DefiniteError(Usage) before any replication work).
     /// Suspends. Throws DefiniteError (with its exit code) and whatever cannot be retried.
     io::Task<RunSummary> run();
 
@@ -73,8 +78,11 @@ public:
     void request_stop() { stop_requested_ = true; }
 
 private:
+    io::Task<RunSummary> run_phases();
+
     RunOptions options_;
     bool stop_requested_ = false;
+    Metrics metrics_;
 };
 
 } // namespace pgtide::replicate

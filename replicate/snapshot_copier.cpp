@@ -193,7 +193,9 @@ io::Task<void> SnapshotCopier::copy_table(io::PgConnection& conn, std::size_t in
                 if (std::int64_t(batch.rows.size()) >= options_.batch_rows ||
                     batch_bytes >= options_.batch_bytes) {
                     total += std::int64_t(batch.rows.size());
-                    co_await out.send(ApplyWork{std::move(batch)});
+                    ApplyWork work(std::move(
+                        batch)); // named: GCC 12 mishandles braced temporaries in co_await
+                    co_await out.send(std::move(work));
                     batch = CopyRows{index, {}};
                     batch_bytes = 0;
                 }
@@ -206,7 +208,8 @@ io::Task<void> SnapshotCopier::copy_table(io::PgConnection& conn, std::size_t in
     }
     if (!batch.rows.empty()) {
         total += std::int64_t(batch.rows.size());
-        co_await out.send(ApplyWork{std::move(batch)});
+        ApplyWork work(std::move(batch)); // named: GCC 12 mishandles braced temporaries in co_await
+        co_await out.send(std::move(work));
     }
     co_await out.send(ApplyWork{CopyComplete{index, total}});
 }

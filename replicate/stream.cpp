@@ -3,6 +3,7 @@
 
 #include "io/log.hpp"
 #include "replicate/errors.hpp"
+#include "replicate/metrics.hpp"
 #include "schema/codec.hpp"
 
 namespace pgtide::replicate {
@@ -11,6 +12,12 @@ namespace {
 
 std::string source_name(const std::string& schema, const std::string& name) {
     return schema + "." + name;
+}
+
+void note_source_position(Metrics* metrics, schema::Lsn wal_end) {
+    if (metrics != nullptr) {
+        metrics->source_wal_end = std::max(metrics->source_wal_end, wal_end.value());
+    }
 }
 
 } // namespace
@@ -40,9 +47,11 @@ io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
             std::chrono::steady_clock::now() + (pending ? options_.batch_linger : options_.tick);
         StreamRead got = co_await replication_.read(deadline);
         if (auto* x = std::get_if<XLogData>(&got)) {
+            note_source_position(options_.metrics, x->wal_end);
             co_await on_message(x->payload, out);
         } else if (auto* k = std::get_if<PrimaryKeepalive>(&got)) {
             received_ = std::max(received_, k->wal_end);
+            note_source_position(options_.metrics, k->wal_end);
             if (k->reply_requested) {
                 co_await send_status(false);
             }
@@ -85,6 +94,18 @@ std::shared_ptr<const schema::Table> Stream::table_for(std::uint32_t relation_oi
 }
 
 io::Task<void> Stream::on_relation(pgoutput::Relation rel) {
+    // Only the catalog look-ups suspend; building the table is a plain function (GCC 12
+    // miscounted a shared_ptr local of this coroutine, which ASan caught as a use after free).
+    std::vector<schema::TypeRef> types;
+    types.reserve(rel.columns.size());
+    for (const auto& rc : rel.columns) {
+        types.push_back(co_await catalog_.resolve(catalog_conn_, rc.type_oid));
+    }
+    install_relation(rel, types);
+}
+
+void Stream::install_relation(const pgoutput::Relation& rel,
+                              const std::vector<schema::TypeRef>& types) {
     const std::string name = source_name(rel.schema, rel.name);
     const auto known = by_name_.find(name);
     if (known == by_name_.end()) {
@@ -111,25 +132,19 @@ io::Task<void> Stream::on_relation(pgoutput::Relation rel) {
         schema::TableColumn col;
         col.name = rc.name;
         col.typmod = rc.typmod;
-        if (prev != nullptr && prev->typmod == rc.typmod) {
-            col.type = prev->type;
-            col.storage = prev->storage;
-            col.key = prev->key;
-        } else {
-            col.type = co_await catalog_.resolve(catalog_conn_, rc.type_oid);
-            col.storage = schema::storage_class(col.type);
-            col.key = prev != nullptr && prev->key;
-            if (prev != nullptr && prev->storage != col.storage) {
-                throw DefiniteError(ExitCode::Other,
-                                    "column \"" + rc.name + "\" of " + name +
-                                        " changed type on the source to one stored as " +
-                                        schema::storage_class_name(col.storage) + " (was " +
-                                        schema::storage_class_name(prev->storage) +
-                                        "); the destination cannot follow: resync the table");
-            }
-            changed = changed || prev == nullptr || !(prev->type == col.type);
+        col.type = types[i];
+        col.storage = schema::storage_class(col.type);
+        col.key = prev != nullptr && prev->key;
+        if (prev != nullptr && prev->storage != col.storage) {
+            throw DefiniteError(ExitCode::Other,
+                                "column \"" + rc.name + "\" of " + name +
+                                    " changed type on the source to one stored as " +
+                                    schema::storage_class_name(col.storage) + " (was " +
+                                    schema::storage_class_name(prev->storage) +
+                                    "); the destination cannot follow: resync the table");
         }
-        if (prev == nullptr || i >= old.columns.size() || old.columns[i].name != rc.name) {
+        if (prev == nullptr || !(prev->type == col.type) || prev->typmod != col.typmod ||
+            i >= old.columns.size() || old.columns[i].name != rc.name) {
             changed = true;
         }
         table->columns.push_back(std::move(col));
@@ -149,11 +164,10 @@ io::Task<void> Stream::on_relation(pgoutput::Relation rel) {
         table->columns[found].key = true;
         table->key_columns.push_back(found);
     }
-    std::shared_ptr<const schema::Table> shared = table;
-    by_oid_[rel.oid] = shared;
+    by_oid_[rel.oid] = table;
     if (changed) {
-        by_name_[name] = shared;
-        pending_schema_change_ = shared;
+        by_name_[name] = table;
+        pending_schema_change_ = std::move(table);
     }
 }
 
@@ -209,7 +223,40 @@ io::Task<void> Stream::flush_batch(io::Channel<ApplyWork>& out) {
     batch_.clear();
     batch_commit_.reset();
     batch_transactions_ = 0;
-    co_await out.send(ApplyWork{std::move(b)});
+    ApplyWork work(std::move(b)); // named: GCC 12 mishandles braced temporaries in co_await
+    co_await out.send(std::move(work));
+}
+
+// Not a coroutine, on purpose: GCC 12 mis-destroys temporaries (the shared table pointers of
+// braced Change temporaries) in coroutine bodies, which ASan caught as a use after free.
+bool Stream::collect_change(const PgOutputMessage& msg) {
+    if (auto* ins = std::get_if<pgoutput::Insert>(&msg)) {
+        auto table = table_for(ins->relation_oid);
+        batch_.push_back(
+            Change{Change::Kind::Upsert, table, decode_tuple(*table, ins->new_tuple), version_});
+    } else if (auto* up = std::get_if<pgoutput::Update>(&msg)) {
+        auto table = table_for(up->relation_oid);
+        schema::Row row = decode_tuple(*table, up->new_tuple);
+        if (up->old_tuple) {
+            // The key may have changed: a delete of the old key, then an upsert of the new.
+            schema::Row old_key = key_of(*table, decode_tuple(*table, *up->old_tuple));
+            if (old_key != key_of(*table, row)) {
+                batch_.push_back(Change{Change::Kind::Delete, table, std::move(old_key), version_});
+            }
+        }
+        batch_.push_back(Change{Change::Kind::Upsert, table, std::move(row), version_});
+    } else if (auto* del = std::get_if<pgoutput::Delete>(&msg)) {
+        auto table = table_for(del->relation_oid);
+        batch_.push_back(Change{Change::Kind::Delete, table,
+                                key_of(*table, decode_tuple(*table, del->old_tuple)), version_});
+    } else if (auto* tr = std::get_if<pgoutput::Truncate>(&msg)) {
+        for (auto oid : tr->relation_oids) {
+            batch_.push_back(Change{Change::Kind::Truncate, table_for(oid), {}, version_});
+        }
+    } else {
+        return false;
+    }
+    return true;
 }
 
 io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWork>& out) {
@@ -248,8 +295,12 @@ io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWor
         co_await on_relation(std::move(*r));
         if (pending_schema_change_) {
             co_await flush_batch(out);
-            co_await out.send(ApplyWork{SchemaChange{std::move(pending_schema_change_)}});
-            pending_schema_change_.reset();
+            // Named, not a braced temporary inside co_await: GCC 12 released the table's
+            // shared_ptr once too often there (ASan: use after free of the table).
+            SchemaChange change;
+            change.table = std::move(pending_schema_change_);
+            ApplyWork work(std::move(change));
+            co_await out.send(std::move(work));
         }
         co_return;
     }
@@ -272,30 +323,7 @@ io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWor
     if (skipping_) {
         co_return;
     }
-    if (auto* ins = std::get_if<pgoutput::Insert>(&msg)) {
-        auto table = table_for(ins->relation_oid);
-        batch_.push_back(
-            Change{Change::Kind::Upsert, table, decode_tuple(*table, ins->new_tuple), version_});
-    } else if (auto* up = std::get_if<pgoutput::Update>(&msg)) {
-        auto table = table_for(up->relation_oid);
-        schema::Row row = decode_tuple(*table, up->new_tuple);
-        if (up->old_tuple) {
-            // The key may have changed: a delete of the old key, then an upsert of the new.
-            schema::Row old_key = key_of(*table, decode_tuple(*table, *up->old_tuple));
-            if (old_key != key_of(*table, row)) {
-                batch_.push_back(Change{Change::Kind::Delete, table, std::move(old_key), version_});
-            }
-        }
-        batch_.push_back(Change{Change::Kind::Upsert, table, std::move(row), version_});
-    } else if (auto* del = std::get_if<pgoutput::Delete>(&msg)) {
-        auto table = table_for(del->relation_oid);
-        batch_.push_back(Change{Change::Kind::Delete, table,
-                                key_of(*table, decode_tuple(*table, del->old_tuple)), version_});
-    } else if (auto* tr = std::get_if<pgoutput::Truncate>(&msg)) {
-        for (auto oid : tr->relation_oids) {
-            batch_.push_back(Change{Change::Kind::Truncate, table_for(oid), {}, version_});
-        }
-    } else {
+    if (!collect_change(msg)) {
         co_return; // Origin, Type: nothing to apply
     }
     batch_commit_.reset(); // the batch now ends inside a transaction

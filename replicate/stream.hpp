@@ -25,6 +25,8 @@
 
 namespace pgtide::replicate {
 
+struct Metrics;
+
 struct StreamOptions {
     std::int64_t batch_rows = 1000;
     std::chrono::milliseconds status_interval{10000};
@@ -32,6 +34,7 @@ struct StreamOptions {
     /// A batch is handed over once no message arrived for this long (or when it is full).
     std::chrono::milliseconds batch_linger{2};
     std::optional<schema::Lsn> stop_at; ///< --once: stop once everything before it is applied
+    Metrics* metrics = nullptr;         ///< records the source's WAL end, if set
 };
 
 class Stream {
@@ -53,6 +56,10 @@ public:
 private:
     io::Task<void> on_message(std::string_view payload, io::Channel<ApplyWork>& out);
     io::Task<void> on_relation(pgoutput::Relation rel);
+    void install_relation(const pgoutput::Relation& rel, const std::vector<schema::TypeRef>& types);
+    /// Appends the changes of an Insert/Update/Delete/Truncate to the batch; false for any
+    /// other message.
+    bool collect_change(const PgOutputMessage& msg);
     schema::Row decode_tuple(const schema::Table& table, const pgoutput::TupleData& tuple) const;
     schema::Row key_of(const schema::Table& table, const schema::Row& row) const;
     std::shared_ptr<const schema::Table> table_for(std::uint32_t relation_oid) const;

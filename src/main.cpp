@@ -55,6 +55,7 @@ pgtide::replicate::RunOptions run_options(const pgtide::app::Config& c,
     }
     o.once = cl.once;
     o.resnapshot = cl.resnapshot;
+    o.metrics_listen = c.metrics.listen;
     return o;
 }
 
