@@ -1,6 +1,7 @@
 // Coordinator: bootstrap, then stream, with restarts.
 #include "replicate/coordinator.hpp"
 
+#include <functional>
 #include <random>
 
 #include "io/async_scope.hpp"
@@ -24,6 +25,10 @@
 namespace pgtide::replicate {
 
 namespace {
+
+// Connects after a loss give up sooner than the first connect: the reconnect deadline and the
+// backoff decide how long pgtide keeps trying.
+constexpr std::chrono::milliseconds kReconnectTimeout{10000};
 
 std::string random_token() {
     std::random_device rd;
@@ -82,6 +87,16 @@ io::Task<std::int64_t> count_sessions(io::PgConnection& conn, std::string owner)
 io::Task<void> drop_slot(io::PgConnection& conn, std::string slot) {
     std::vector<std::optional<std::string>> params{slot};
     co_await conn.exec_params("SELECT pg_drop_replication_slot($1)", std::move(params));
+}
+
+std::string message_of(const std::exception_ptr& e) {
+    try {
+        std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+        return ex.what();
+    } catch (...) {
+        return "unknown error";
+    }
 }
 
 bool is_connection_loss(const std::exception_ptr& e) {
@@ -144,6 +159,15 @@ io::Task<void> heartbeat(std::string dsn, std::string application_name,
     std::optional<io::PgConnection> conn;
     const std::string sql =
         std::string("SELECT pg_logical_emit_message(false, '") + kHeartbeatPrefix + "', '')";
+    // A heartbeat stuck on a silent network must not hold up the end of the stream: closing
+    // its connection ends a pending query at once.
+    std::optional<io::PgConnection>* conn_ptr = &conn;
+    std::function<void()> on_cancel = [conn_ptr]() {
+        if (*conn_ptr) {
+            (*conn_ptr)->close();
+        }
+    };
+    io::CancelRegistration registration(token, std::move(on_cancel));
     try {
         for (;;) {
             co_await io::sleep_for(interval, token);
@@ -151,7 +175,7 @@ io::Task<void> heartbeat(std::string dsn, std::string application_name,
             try {
                 if (!conn || !conn->is_open()) {
                     conn = co_await io::PgConnection::connect(
-                        dsn, sql_connection_params(application_name));
+                        dsn, sql_connection_params(application_name), kReconnectTimeout / 2);
                 }
                 co_await conn->exec(sql);
             } catch (const io::Cancelled&) {
@@ -500,23 +524,23 @@ io::Task<RunSummary> Coordinator::run_phases() {
         }
     }
     std::chrono::milliseconds backoff{100};
-    const auto give_up_at =
-        options_.reconnect_deadline
-            ? std::optional(std::chrono::steady_clock::now() + *options_.reconnect_deadline)
-            : std::nullopt;
+    // Since when the source has been unreachable (unset while streaming works): the
+    // reconnect deadline counts from the loss, not from the start of streaming.
+    std::optional<std::chrono::steady_clock::time_point> unreachable_since;
     std::mt19937_64 jitter(std::random_device{}());
     bool connected = true;
     while (!stop_requested_) {
         std::exception_ptr error;
         try {
             if (!connected) {
-                replication =
-                    co_await ReplicationConnection::connect(options_.source_dsn, application_name);
+                replication = co_await ReplicationConnection::connect(
+                    options_.source_dsn, application_name, kReconnectTimeout);
                 // The catalog session (types of columns the stream introduces) may have died
                 // with the same cause.
                 catalog_conn.close();
                 catalog_conn = co_await io::PgConnection::connect(
-                    options_.source_dsn, sql_connection_params(application_name));
+                    options_.source_dsn, sql_connection_params(application_name),
+                    kReconnectTimeout);
                 connected = true;
             }
             const schema::Lsn start = applier.checkpoint().lsn;
@@ -524,6 +548,7 @@ io::Task<RunSummary> Coordinator::run_phases() {
             io::log_info("streaming", {{"slot", slot}, {"lsn", start.str()}});
             metrics_.phase = Metrics::Phase::Streaming;
             backoff = std::chrono::milliseconds(100);
+            unreachable_since.reset();
             StreamOptions stream_options;
             stream_options.status_interval = options_.status_interval;
             // Quiet periods this long end with a Tick, which commits a stale destination
@@ -552,18 +577,25 @@ io::Task<RunSummary> Coordinator::run_phases() {
         if (!is_connection_loss(error)) {
             std::rethrow_exception(error);
         }
-        if (give_up_at && std::chrono::steady_clock::now() >= *give_up_at) {
-            io::log_error("the source stayed unreachable past source.reconnect_deadline");
-            std::rethrow_exception(error);
+        const auto now = std::chrono::steady_clock::now();
+        if (!unreachable_since) {
+            unreachable_since = now;
         }
-        try {
-            std::rethrow_exception(error);
-        } catch (const std::exception& e) {
-            note_connection_loss(metrics_);
-            metrics_.phase = Metrics::Phase::Reconnecting;
-            io::log_warn("lost the replication connection; reconnecting",
-                         {{"error", e.what()}, {"retry_in_ms", std::to_string(backoff.count())}});
+        const std::string reason = message_of(error);
+        if (options_.reconnect_deadline &&
+            now - *unreachable_since >= *options_.reconnect_deadline) {
+            throw DefiniteError(ExitCode::Other,
+                                "the source stayed unreachable for " +
+                                    std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                                       now - *unreachable_since)
+                                                       .count()) +
+                                    " s, past source.reconnect_deadline; last error: " + reason);
         }
+        note_connection_loss(metrics_);
+        metrics_.phase = Metrics::Phase::Reconnecting;
+        io::log_warn(connected ? "lost the replication connection; reconnecting"
+                               : "the source is still unreachable; retrying",
+                     {{"error", reason}, {"retry_in_ms", std::to_string(backoff.count())}});
         replication.connection().close();
         connected = false;
         std::uniform_int_distribution<long> spread(0, backoff.count() / 2);

@@ -43,9 +43,10 @@ std::string publication_names_option(const std::vector<std::string>& publication
 }
 
 io::Task<ReplicationConnection> ReplicationConnection::connect(std::string dsn,
-                                                               std::string application_name) {
+                                                               std::string application_name,
+                                                               std::chrono::milliseconds timeout) {
     io::PgConnection conn = co_await io::PgConnection::connect(
-        std::move(dsn), replication_connection_params(application_name));
+        std::move(dsn), replication_connection_params(application_name), timeout);
     co_return ReplicationConnection(std::move(conn));
 }
 

@@ -39,8 +39,9 @@ class ReplicationConnection {
 public:
     /// Opens a `replication=database` connection with pgtide's session settings. Throws
     /// io::PgError. Suspends.
-    static io::Task<ReplicationConnection> connect(std::string dsn,
-                                                   std::string application_name = "pgtide");
+    static io::Task<ReplicationConnection>
+    connect(std::string dsn, std::string application_name = "pgtide",
+            std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
     /// IDENTIFY_SYSTEM. Suspends.
     io::Task<SourceIdentity> identify_system();

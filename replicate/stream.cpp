@@ -41,11 +41,31 @@ io::Task<void> Stream::send_status(bool reply) {
 
 io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
     decoder_ = std::make_unique<PgOutputDecoder>(replication_.proto_version());
+    last_received_ = std::chrono::steady_clock::now();
     while (!done_) {
         const bool pending = !batch_.empty() || batch_commit_;
         const auto deadline =
             std::chrono::steady_clock::now() + (pending ? options_.batch_linger : options_.tick);
         StreamRead got = co_await replication_.read(deadline);
+        const auto now = std::chrono::steady_clock::now();
+        if (std::holds_alternative<StreamTimeout>(got)) {
+            const auto silence = now - last_received_;
+            if (silence >= options_.receive_timeout) {
+                throw TransientError(
+                    "no message from the source for " +
+                    std::to_string(
+                        std::chrono::duration_cast<std::chrono::seconds>(silence).count()) +
+                    " s, not even an answer to a keepalive request: the connection is presumed "
+                    "dead");
+            }
+            if (!pinged_ && silence >= options_.receive_timeout / 2) {
+                pinged_ = true;
+                co_await send_status(true);
+            }
+        } else {
+            last_received_ = now;
+            pinged_ = false;
+        }
         if (auto* x = std::get_if<XLogData>(&got)) {
             note_source_position(options_.metrics, x->wal_end);
             co_await on_message(x->payload, out);

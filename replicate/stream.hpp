@@ -31,6 +31,9 @@ struct StreamOptions {
     std::int64_t batch_rows = 1000;
     std::chrono::milliseconds status_interval{10000};
     std::chrono::milliseconds tick{250};
+    /// Silence from the source this long means a dead connection (a network that drops packets
+    /// without a reset); at half of it pgtide asks the walsender for a reply.
+    std::chrono::milliseconds receive_timeout{30000};
     /// A batch is handed over once no message arrived for this long (or when it is full).
     std::chrono::milliseconds batch_linger{2};
     std::optional<schema::Lsn> stop_at; ///< --once: stop once everything before it is applied
@@ -88,6 +91,8 @@ private:
     bool done_ = false;
     bool reached_target_ = false;
     std::chrono::steady_clock::time_point last_status_;
+    std::chrono::steady_clock::time_point last_received_;
+    bool pinged_ = false; ///< a reply was requested since the last message
     std::shared_ptr<const schema::Table> pending_schema_change_;
 };
 
