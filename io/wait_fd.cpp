@@ -59,6 +59,13 @@ struct PollAwaiter {
         if (op.res == -ECANCELED && deadline) {
             return 0; // the linked timeout fired
         }
+        if (op.res == -ECANCELED) {
+            // Cancelled by no one we know of (seen once in CI under load, root cause not found;
+            // a stale ASYNC_CANCEL matching a reused frame address is the suspect). Readiness
+            // is only a hint to callers that retry nonblocking calls, so a spurious wake-up is
+            // safe where an error would stop replication.
+            return mask;
+        }
         if (op.res < 0) {
             throw std::system_error(-op.res, std::generic_category(), "poll");
         }
