@@ -49,18 +49,20 @@ io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
         StreamRead got = co_await replication_.read(deadline);
         const auto now = std::chrono::steady_clock::now();
         if (std::holds_alternative<StreamTimeout>(got)) {
-            const auto silence = now - last_received_;
-            if (silence >= options_.receive_timeout) {
+            // Silence: ask the walsender for a reply, and give up only if none comes. (The
+            // reader may also have been held by backpressure, so silence alone proves nothing.)
+            if (!pinged_ && now - last_received_ >= options_.receive_timeout / 2) {
+                pinged_ = true;
+                pinged_at_ = now;
+                co_await send_status(true);
+            } else if (pinged_ && now - pinged_at_ >= options_.receive_timeout / 2) {
                 throw TransientError(
                     "no message from the source for " +
                     std::to_string(
-                        std::chrono::duration_cast<std::chrono::seconds>(silence).count()) +
+                        std::chrono::duration_cast<std::chrono::seconds>(now - last_received_)
+                            .count()) +
                     " s, not even an answer to a keepalive request: the connection is presumed "
                     "dead");
-            }
-            if (!pinged_ && silence >= options_.receive_timeout / 2) {
-                pinged_ = true;
-                co_await send_status(true);
             }
         } else {
             last_received_ = now;

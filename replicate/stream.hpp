@@ -93,6 +93,7 @@ private:
     std::chrono::steady_clock::time_point last_status_;
     std::chrono::steady_clock::time_point last_received_;
     bool pinged_ = false; ///< a reply was requested since the last message
+    std::chrono::steady_clock::time_point pinged_at_;
     std::shared_ptr<const schema::Table> pending_schema_change_;
 };
 
