@@ -128,7 +128,8 @@ io::Task<void> produce_copy(SnapshotCopier* copier, io::Channel<ApplyWork>* chan
         error = std::current_exception();
     }
     if (!error) {
-        co_await channel->send(ApplyWork{Finish{}});
+        ApplyWork work(Finish{});
+        co_await channel->send(std::move(work));
     }
     channel->close();
     if (error) {

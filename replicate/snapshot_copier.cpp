@@ -193,8 +193,7 @@ io::Task<void> SnapshotCopier::copy_table(io::PgConnection& conn, std::size_t in
                 if (std::int64_t(batch.rows.size()) >= options_.batch_rows ||
                     batch_bytes >= options_.batch_bytes) {
                     total += std::int64_t(batch.rows.size());
-                    ApplyWork work(std::move(
-                        batch)); // named: GCC 12 mishandles braced temporaries in co_await
+                    ApplyWork work(std::move(batch)); // named: see tests/lint_layers.sh
                     co_await out.send(std::move(work));
                     batch = CopyRows{index, {}};
                     batch_bytes = 0;
@@ -208,10 +207,11 @@ io::Task<void> SnapshotCopier::copy_table(io::PgConnection& conn, std::size_t in
     }
     if (!batch.rows.empty()) {
         total += std::int64_t(batch.rows.size());
-        ApplyWork work(std::move(batch)); // named: GCC 12 mishandles braced temporaries in co_await
+        ApplyWork work(std::move(batch));
         co_await out.send(std::move(work));
     }
-    co_await out.send(ApplyWork{CopyComplete{index, total}});
+    ApplyWork work(CopyComplete{index, total});
+    co_await out.send(std::move(work));
 }
 
 } // namespace pgtide::replicate

@@ -80,7 +80,8 @@ io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
             if (!in_transaction_ && k->wal_end > last_idle_) {
                 last_idle_ = k->wal_end;
                 co_await flush_batch(out);
-                co_await out.send(ApplyWork{SourceIdle{k->wal_end}});
+                ApplyWork work(SourceIdle{k->wal_end});
+                co_await out.send(std::move(work));
             }
             if (!in_transaction_ && options_.stop_at && k->wal_end >= *options_.stop_at) {
                 reached_target_ = true;
@@ -90,7 +91,8 @@ io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
             if (pending) {
                 co_await flush_batch(out); // the source paused: hand the batch over now
             } else {
-                co_await out.send(ApplyWork{Tick{}});
+                ApplyWork work(Tick{});
+                co_await out.send(std::move(work));
             }
         } else {
             throw TransientError("the source ended the replication stream");
@@ -103,7 +105,8 @@ io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
         }
     }
     co_await flush_batch(out);
-    co_await out.send(ApplyWork{Finish{}});
+    ApplyWork work(Finish{});
+    co_await out.send(std::move(work));
 }
 
 std::shared_ptr<const schema::Table> Stream::table_for(std::uint32_t relation_oid) const {
@@ -245,7 +248,7 @@ io::Task<void> Stream::flush_batch(io::Channel<ApplyWork>& out) {
     batch_.clear();
     batch_commit_.reset();
     batch_transactions_ = 0;
-    ApplyWork work(std::move(b)); // named: GCC 12 mishandles braced temporaries in co_await
+    ApplyWork work(std::move(b));
     co_await out.send(std::move(work));
 }
 
@@ -333,7 +336,8 @@ io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWor
             if (m->lsn > last_idle_) {
                 last_idle_ = m->lsn;
                 co_await flush_batch(out);
-                co_await out.send(ApplyWork{SourceIdle{m->lsn}});
+                ApplyWork work(SourceIdle{m->lsn});
+                co_await out.send(std::move(work));
             }
             if (options_.stop_at && m->lsn >= *options_.stop_at) {
                 reached_target_ = true;
