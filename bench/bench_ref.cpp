@@ -106,9 +106,9 @@ int copy_drain(const std::string& dsn, const std::vector<std::string>& tables) {
                 // The server sends one CopyData per row; the header rides on the first row
                 // and the trailer is a message of its own.
                 const char* tag = PQcmdTuples(r);
-                const std::uint64_t rows =
-                    tag != nullptr && *tag != '\0' ? std::strtoull(tag, nullptr, 10)
-                                                   : (messages > 0 ? messages - 1 : 0);
+                const std::uint64_t rows = tag != nullptr && *tag != '\0'
+                                               ? std::strtoull(tag, nullptr, 10)
+                                               : (messages > 0 ? messages - 1 : 0);
                 PQclear(r);
                 PQfinish(conn);
                 total_rows += rows;
@@ -158,9 +158,10 @@ struct DestColumn {
 
 std::vector<DestColumn> sqlite_columns(sqlite3* db, const std::string& table) {
     sqlite3_stmt* st = nullptr;
-    sqlite_check(db, sqlite3_prepare_v2(db, "SELECT name, type FROM pragma_table_info(?1)", -1,
-                                        &st, nullptr),
-                 "prepare pragma_table_info");
+    sqlite_check(
+        db,
+        sqlite3_prepare_v2(db, "SELECT name, type FROM pragma_table_info(?1)", -1, &st, nullptr),
+        "prepare pragma_table_info");
     sqlite3_bind_text(st, 1, table.c_str(), -1, SQLITE_TRANSIENT);
     std::vector<DestColumn> cols;
     while (sqlite3_step(st) == SQLITE_ROW) {
@@ -306,7 +307,7 @@ int sqlite_insert(const std::string& dsn, const std::string& path,
     return 0;
 }
 
-}  // namespace
+} // namespace
 
 int main(int argc, char** argv) {
     try {
@@ -317,9 +318,8 @@ int main(int argc, char** argv) {
         if (cmd == "sqlite-insert" && argc >= 5) {
             return sqlite_insert(argv[2], argv[3], std::vector<std::string>(argv + 4, argv + argc));
         }
-        std::fprintf(stderr,
-                     "usage: bench_ref copy-drain DSN TABLE...\n"
-                     "       bench_ref sqlite-insert DSN SQLITE_PATH TABLE...\n");
+        std::fprintf(stderr, "usage: bench_ref copy-drain DSN TABLE...\n"
+                             "       bench_ref sqlite-insert DSN SQLITE_PATH TABLE...\n");
         return 2;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_ref: %s\n", e.what());

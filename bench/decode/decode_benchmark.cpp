@@ -37,8 +37,7 @@ void put_u64(std::string& out, std::uint64_t v) {
 /// The CopyData payloads of `COPY ... TO STDOUT (FORMAT binary)` for kRows rows of `columns`
 /// 8-byte fields drawn by `value`: PostgreSQL sends the header with the first row, then one
 /// CopyData per row, then the trailer.
-template <typename F>
-std::vector<std::string> copy_messages(int columns, F value) {
+template <typename F> std::vector<std::string> copy_messages(int columns, F value) {
     std::vector<std::string> out;
     std::string msg("PGCOPY\n\377\r\n\0", 11);
     put_u32(msg, 0);
@@ -128,8 +127,7 @@ void BM_CopyTimestamptz(benchmark::State& state) {
 }
 
 /// decode_binary alone, on one field value after another (no COPY framing).
-template <std::uint32_t Oid>
-void BM_DecodeOnly(benchmark::State& state) {
+template <std::uint32_t Oid> void BM_DecodeOnly(benchmark::State& state) {
     std::vector<std::string> values;
     for (int i = 0; i < 4096; ++i) {
         std::string v;

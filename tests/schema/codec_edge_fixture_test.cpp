@@ -1,6 +1,6 @@
-// Issue 5's edge values, captured from PostgreSQL 15 and 18 (tests/fixtures/capture_edge_values.sh):
-// each value's binary send format and its text output decode to the identical canonical Value,
-// and that Value is the exact one DESIGN §5 prescribes.
+// Issue 5's edge values, captured from PostgreSQL 15 and 18
+// (tests/fixtures/capture_edge_values.sh): each value's binary send format and its text output
+// decode to the identical canonical Value, and that Value is the exact one DESIGN §5 prescribes.
 #include <cmath>
 #include <limits>
 #include <map>
@@ -64,7 +64,9 @@ bool identical(const Value& a, const Value& b) {
     return a == b;
 }
 
-Value text(std::string s) { return Value{std::move(s)}; }
+Value text(std::string s) {
+    return Value{std::move(s)};
+}
 
 const std::string& numeric_1000_digits() {
     static const std::string s = [] {
