@@ -29,33 +29,6 @@ const char* level_name(LogLevel l) {
     return "info";
 }
 
-void json_escape(std::string& out, std::string_view s) {
-    for (unsigned char c : s) {
-        switch (c) {
-        case '"':
-            out += "\\\"";
-            break;
-        case '\\':
-            out += "\\\\";
-            break;
-        case '\n':
-            out += "\\n";
-            break;
-        case '\t':
-            out += "\\t";
-            break;
-        default:
-            if (c < 0x20) {
-                char buf[8];
-                std::snprintf(buf, sizeof buf, "\\u%04x", c);
-                out += buf;
-            } else {
-                out += char(c);
-            }
-        }
-    }
-}
-
 std::string timestamp() {
     const auto now = std::chrono::system_clock::now();
     const auto t = std::chrono::system_clock::to_time_t(now);
@@ -71,6 +44,36 @@ std::string timestamp() {
 }
 
 } // namespace
+
+void append_json_string(std::string& out, std::string_view s) {
+    for (unsigned char c : s) {
+        switch (c) {
+        case '"':
+            out += "\\\"";
+            break;
+        case '\\':
+            out += "\\\\";
+            break;
+        case '\n':
+            out += "\\n";
+            break;
+        case '\r':
+            out += "\\r";
+            break;
+        case '\t':
+            out += "\\t";
+            break;
+        default:
+            if (c < 0x20) {
+                char buf[8];
+                std::snprintf(buf, sizeof buf, "\\u%04x", c);
+                out += buf;
+            } else {
+                out += char(c);
+            }
+        }
+    }
+}
 
 void set_log_options(LogLevel level, LogFormat format) {
     g_level = int(level);
@@ -89,13 +92,13 @@ void log(LogLevel level, std::string_view message, const std::vector<LogField>& 
     if (LogFormat(g_format.load()) == LogFormat::Json) {
         line =
             "{\"time\":\"" + timestamp() + "\",\"level\":\"" + level_name(level) + "\",\"msg\":\"";
-        json_escape(line, message);
+        append_json_string(line, message);
         line += '"';
         for (const auto& [k, v] : fields) {
             line += ",\"";
-            json_escape(line, k);
+            append_json_string(line, k);
             line += "\":\"";
-            json_escape(line, v);
+            append_json_string(line, v);
             line += '"';
         }
         line += "}\n";

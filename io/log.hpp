@@ -14,6 +14,10 @@ enum class LogFormat { Text, Json };
 /// A field of a log line: `table`, `lsn`, `epoch`, `error`, ...
 using LogField = std::pair<std::string, std::string>;
 
+/// Appends `s` as the inside of a JSON string (quotes not included): log lines and the
+/// commands' --json output share it.
+void append_json_string(std::string& out, std::string_view s);
+
 /// Process-wide settings; set once by main before any work starts.
 void set_log_options(LogLevel level, LogFormat format);
 bool log_enabled(LogLevel level);
