@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <mutex>
 
 #include <ctime>
 #include <unistd.h>
@@ -75,6 +76,49 @@ void append_json_string(std::string& out, std::string_view s) {
     }
 }
 
+namespace {
+
+std::mutex g_status_mutex;
+std::vector<std::string> g_status; ///< drawn at the bottom of the terminal; guarded by the mutex
+
+/// Moves to the first line of the drawn status block, erasing it (the cursor ends there).
+std::string erase_status() {
+    std::string out;
+    if (!g_status.empty()) {
+        out += "\r\x1b[2K";
+        for (std::size_t i = 1; i < g_status.size(); ++i) {
+            out += "\x1b[1A\x1b[2K";
+        }
+    }
+    return out;
+}
+
+/// The status block, its last line left open (no newline) so that it can be redrawn in place.
+std::string draw_status() {
+    std::string out;
+    for (std::size_t i = 0; i < g_status.size(); ++i) {
+        if (i) {
+            out += '\n';
+        }
+        out += g_status[i];
+    }
+    return out;
+}
+
+/// One write per line (with the status block erased before and redrawn after) keeps lines whole
+/// when threads log at once.
+void write_above_status(const std::string& line) {
+    std::lock_guard<std::mutex> lock(g_status_mutex);
+    if (g_status.empty()) {
+        [[maybe_unused]] const auto n = ::write(2, line.data(), line.size());
+        return;
+    }
+    std::string out = erase_status() + line + draw_status();
+    [[maybe_unused]] const auto n = ::write(2, out.data(), out.size());
+}
+
+} // namespace
+
 void set_log_options(LogLevel level, LogFormat format) {
     g_level = int(level);
     g_format = int(format);
@@ -120,8 +164,15 @@ void log(LogLevel level, std::string_view message, const std::vector<LogField>& 
         }
         line += '\n';
     }
-    // One write per line keeps lines whole when threads log at once.
-    [[maybe_unused]] const auto n = ::write(2, line.data(), line.size());
+    write_above_status(line);
+}
+
+void set_status_lines(std::vector<std::string> lines) {
+    std::lock_guard<std::mutex> lock(g_status_mutex);
+    std::string out = erase_status();
+    g_status = std::move(lines);
+    out += draw_status();
+    [[maybe_unused]] const auto n = ::write(2, out.data(), out.size());
 }
 
 } // namespace pgtide::io

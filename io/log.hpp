@@ -26,6 +26,11 @@ bool log_enabled(LogLevel level);
 /// write(2) per line).
 void log(LogLevel level, std::string_view message, const std::vector<LogField>& fields = {});
 
+/// A live status block at the bottom of a terminal (the TTY progress display): replaces the
+/// block drawn before; log lines are written above it and the block is redrawn under them.
+/// Only for a terminal on stderr; an empty vector erases the block.
+void set_status_lines(std::vector<std::string> lines);
+
 inline void log_debug(std::string_view m, const std::vector<LogField>& f = {}) {
     log(LogLevel::Debug, m, f);
 }

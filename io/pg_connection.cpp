@@ -361,7 +361,9 @@ Task<void> copy_start_impl(std::shared_ptr<PgConnection::State> s, std::string s
         throw connection_error(s->conn, "sending COPY", false);
     }
     co_await expect_copy(s.get(), expected,
-                         expected == PGRES_COPY_OUT ? "COPY TO STDOUT" : "COPY BOTH");
+                         expected == PGRES_COPY_OUT  ? "COPY TO STDOUT"
+                         : expected == PGRES_COPY_IN ? "COPY FROM STDIN"
+                                                     : "COPY BOTH");
 }
 
 Task<std::optional<PgBuffer>> copy_out_next_impl(std::shared_ptr<PgConnection::State> s) {
@@ -431,6 +433,12 @@ Task<void> put_copy_data_impl(std::shared_ptr<PgConnection::State> s, std::strin
         co_await wait_socket(s.get(), POLLOUT, std::nullopt);
     }
     co_await flush(s.get());
+}
+
+Task<PgResult> copy_in_end_impl(std::shared_ptr<PgConnection::State> s) {
+    ensure_open(s);
+    co_await put_copy_end(s.get());
+    co_return co_await finish_command(s.get(), /*copy_ok=*/true);
 }
 
 Task<void> end_copy_both_impl(std::shared_ptr<PgConnection::State> s) {
@@ -563,6 +571,14 @@ Task<std::optional<PgBuffer>> PgConnection::copy_out_next() {
     return copy_out_next_impl(state_);
 }
 
+Task<void> PgConnection::copy_in_start(std::string sql) {
+    return copy_start_impl(state_, std::move(sql), PGRES_COPY_IN);
+}
+
+Task<PgResult> PgConnection::copy_in_end() {
+    return copy_in_end_impl(state_);
+}
+
 Task<void> PgConnection::copy_both_start(std::string sql) {
     return copy_start_impl(state_, std::move(sql), PGRES_COPY_BOTH);
 }
@@ -585,6 +601,10 @@ std::string PgConnection::escape_literal(std::string_view s) const {
 
 std::string PgConnection::escape_identifier(std::string_view s) const {
     return escape(raw(), s, /*identifier=*/true);
+}
+
+std::string PgConnection::target() const {
+    return raw() != nullptr ? describe_target(raw()) : std::string("(closed connection)");
 }
 
 int PgConnection::server_version() const noexcept {

@@ -111,6 +111,13 @@ public:
     /// Throws PgError if the COPY failed.
     Task<std::optional<PgBuffer>> copy_out_next();
 
+    /// Starts `COPY ... FROM STDIN`; throws PgError if the server refuses it. Then
+    /// put_copy_data for the payload and copy_in_end.
+    Task<void> copy_in_start(std::string sql);
+    /// Ends a COPY FROM STDIN: CopyDone, then its result (an error the server raised while
+    /// reading the data is thrown as PgError).
+    Task<PgResult> copy_in_end();
+
     /// Starts a COPY BOTH command (START_REPLICATION); throws PgError if refused.
     Task<void> copy_both_start(std::string sql);
     /// The next CopyData payload; Timeout when `deadline` passed with none; Done when the
@@ -118,8 +125,8 @@ public:
     /// thrown as PgError). Only one reader at a time.
     Task<CopyRead>
     copy_both_read(std::optional<std::chrono::steady_clock::time_point> deadline = {});
-    /// Queues one CopyData message and flushes it. Safe while another coroutine is suspended
-    /// in copy_both_read on this connection.
+    /// Queues one CopyData message and flushes it (COPY FROM STDIN or COPY BOTH). Safe while
+    /// another coroutine is suspended in copy_both_read on this connection.
     Task<void> put_copy_data(std::string bytes);
     /// Ends the COPY BOTH from our side: CopyDone, drop the CopyData still arriving, consume
     /// the results. The connection can run commands afterwards.
@@ -129,6 +136,8 @@ public:
     std::string escape_literal(std::string_view s) const;
     std::string escape_identifier(std::string_view s) const;
     int server_version() const noexcept;
+    /// "host=H port=P dbname=D user=U" of the open connection (never the password).
+    std::string target() const;
     bool is_open() const noexcept;
     /// Cancels pending waits (they throw PgError connection_lost) and closes the connection.
     void close() noexcept;

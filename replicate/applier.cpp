@@ -25,9 +25,8 @@ void publish_checkpoint(Metrics* metrics, const Checkpoint& checkpoint) {
 
 } // namespace
 
-Applier::Applier(SqliteDestination& destination, io::WorkerThread& writer, Checkpoint durable,
-                 ApplierOptions options)
-    : destination_(destination), writer_(writer), checkpoint_(std::move(durable)),
+Applier::Applier(Destination& destination, Checkpoint durable, ApplierOptions options)
+    : destination_(destination), checkpoint_(std::move(durable)),
       options_(options), last_commit_(std::chrono::steady_clock::now()),
       complete_lsn_(checkpoint_.lsn), last_progress_log_(last_commit_) {
     publish_checkpoint(options_.metrics, checkpoint_);
@@ -84,24 +83,8 @@ io::Task<void> Applier::commit(schema::Lsn lsn) {
         progress.push_back(std::move(p));
     }
     progress_.clear();
-    SqliteDestination* dest = &destination_;
-    const bool open = in_transaction_;
-    auto job = [dest, expected, next, progress, open]() {
-        if (!open) {
-            dest->begin();
-        }
-        for (const auto& p : progress) {
-            dest->set_table_progress(next.slot_name, p);
-        }
-        if (!dest->cas_checkpoint(expected, next)) {
-            dest->rollback();
-            return false;
-        }
-        dest->commit();
-        return true;
-    };
     const auto commit_started = std::chrono::steady_clock::now();
-    const bool ok = co_await writer_.run(std::move(job));
+    const bool ok = co_await destination_.commit(std::move(progress), expected, next);
     const double commit_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - commit_started).count();
     in_transaction_ = false;
@@ -155,26 +138,16 @@ io::Task<void> Applier::run(io::Channel<ApplyWork>& input) {
 }
 
 io::Task<void> Applier::apply(ApplyWork work) {
-    SqliteDestination* dest = &destination_;
     const auto now = std::chrono::steady_clock::now();
     if (auto* rows = std::get_if<CopyRows>(&work)) {
         std::shared_ptr<const schema::Table> table = tables_.at(rows->table);
         const schema::Lsn version = checkpoint_.consistent_lsn;
-        const bool open = in_transaction_;
         const auto n = std::int64_t(rows->rows.size());
-        auto job = [dest, table, version, open, batch = std::move(rows->rows)]() {
-            if (!open) {
-                dest->begin();
-            }
-            for (const auto& row : batch) {
-                dest->copy_row(*table, row, version);
-            }
-        };
         if (!in_transaction_) {
             transaction_started_ = now;
         }
         in_transaction_ = true;
-        co_await writer_.run(std::move(job));
+        co_await destination_.copy_rows(std::move(table), std::move(rows->rows), version);
         rows_in_transaction_ += n;
         rows_per_table_.at(rows->table) += n;
         stats_.rows_copied += n;
@@ -198,38 +171,20 @@ io::Task<void> Applier::apply(ApplyWork work) {
         stats_.tables_copied += 1;
         if (options_.metrics != nullptr) {
             options_.metrics->tables_copied += 1;
+            options_.metrics->snapshot_done.insert(t.qualified());
         }
         io::log_info("table copied",
                      {{"table", t.qualified()}, {"rows", std::to_string(done->rows)}});
         co_return;
     }
     if (auto* batch = std::get_if<ChangeBatch>(&work)) {
-        const bool open = in_transaction_;
         const auto n = std::int64_t(batch->changes.size());
-        auto job = [dest, open, changes = std::move(batch->changes)]() {
-            if (!open) {
-                dest->begin();
-            }
-            for (const auto& c : changes) {
-                switch (c.kind) {
-                case Change::Kind::Upsert:
-                    dest->upsert(*c.table, c.values, c.version);
-                    break;
-                case Change::Kind::Delete:
-                    dest->remove(*c.table, c.values, c.version, false);
-                    break;
-                case Change::Kind::Truncate:
-                    dest->truncate(*c.table, c.version, false);
-                    break;
-                }
-            }
-        };
         if (n > 0) {
             if (!in_transaction_) {
                 transaction_started_ = now;
             }
             in_transaction_ = true;
-            co_await writer_.run(std::move(job));
+            co_await destination_.apply_changes(std::move(batch->changes));
         }
         rows_in_transaction_ += n;
         pending_changes_ += n;
@@ -259,23 +214,15 @@ io::Task<void> Applier::apply(ApplyWork work) {
         co_return;
     }
     if (auto* change = std::get_if<SchemaChange>(&work)) {
-        // DDL is transactional in SQLite: the new column commits with the changes using it.
-        // `work` owns the table until this returns, after the job ran: plain pointers suffice
-        // (and avoid a GCC 12 coroutine bug that destroyed a shared_ptr local twice here).
-        const bool open = in_transaction_;
-        const schema::Table* table = change->table.get();
-        auto job = [dest, open, table]() {
-            if (!open) {
-                dest->begin();
-            }
-            dest->ensure_table(*table);
-        };
+        // The table follows inside the destination transaction, so that the new column commits
+        // with the changes using it. The name is taken first: the table moves into the call.
+        const std::string name = change->table->qualified();
         if (!in_transaction_) {
             transaction_started_ = now;
         }
         in_transaction_ = true;
-        co_await writer_.run(std::move(job));
-        io::log_info("table schema changed", {{"table", table->qualified()}});
+        co_await destination_.follow_schema(std::move(change->table));
+        io::log_info("table schema changed", {{"table", name}});
         co_return;
     }
     if (std::holds_alternative<Tick>(work)) {
@@ -300,23 +247,14 @@ io::Task<void> Applier::start_epoch(std::int64_t epoch, schema::Lsn consistent_l
     for (const auto& t : tables_) {
         tables.push_back(*t);
     }
-    SqliteDestination* dest = &destination_;
-    auto job = [dest, expected, next, tables]() {
-        dest->begin();
-        dest->reset_tables(next.slot_name, tables);
-        for (const auto& t : tables) {
-            dest->set_table_progress(next.slot_name,
-                                     TableProgress{t.qualified(), t.target, TableState::Init,
-                                                   next.epoch, next.consistent_lsn, 0});
-        }
-        if (!dest->cas_checkpoint(expected, next)) {
-            dest->rollback();
-            return false;
-        }
-        dest->commit();
-        return true;
-    };
-    if (!co_await writer_.run(std::move(job))) {
+    std::vector<TableProgress> progress;
+    for (const auto& t : tables) {
+        progress.push_back(TableProgress{t.qualified(), t.target, TableState::Init, next.epoch,
+                                         next.consistent_lsn, 0});
+    }
+    co_await destination_.reset_tables(next.slot_name, std::move(tables));
+    const bool ok = co_await destination_.commit(std::move(progress), expected, next);
+    if (!ok) {
         throw DefiniteError(ExitCode::Fenced, "the checkpoint of slot " + expected.slot_name +
                                                   " was changed by another process");
     }
@@ -326,6 +264,7 @@ io::Task<void> Applier::start_epoch(std::int64_t epoch, schema::Lsn consistent_l
     publish_checkpoint(options_.metrics, checkpoint_);
     if (Metrics* m = options_.metrics) {
         m->snapshot_rows.clear();
+        m->snapshot_done.clear();
         for (const auto& t : tables_) {
             m->snapshot_rows[t->qualified()] = 0;
         }
@@ -342,17 +281,7 @@ io::Task<void> Applier::complete_snapshot() {
     for (const auto& t : tables_) {
         targets.push_back(t->target);
     }
-    SqliteDestination* dest = &destination_;
-    const bool open = in_transaction_;
-    auto job = [dest, open, targets]() {
-        if (!open) {
-            dest->begin();
-        }
-        for (const auto& t : targets) {
-            dest->clear_tombstones(t);
-        }
-    };
-    co_await writer_.run(std::move(job));
+    co_await destination_.clear_tombstones(std::move(targets));
     in_transaction_ = true;
     // The CAS compares slot, epoch, owner and lsn, not the phase, so the phase written by
     // this commit can be set before it.
@@ -373,17 +302,9 @@ io::Task<void> Applier::replace_checkpoint(std::string owner, std::int64_t lease
     next.owner = std::move(owner);
     next.lease_until_unix_ms = lease_until;
     const Checkpoint expected = checkpoint_;
-    SqliteDestination* dest = &destination_;
-    auto job = [dest, expected, next]() {
-        dest->begin();
-        if (!dest->cas_checkpoint(expected, next)) {
-            dest->rollback();
-            return false;
-        }
-        dest->commit();
-        return true;
-    };
-    if (!co_await writer_.run(std::move(job))) {
+    std::vector<TableProgress> no_progress;
+    const bool ok = co_await destination_.commit(std::move(no_progress), expected, next);
+    if (!ok) {
         throw DefiniteError(ExitCode::Fenced, "another pgtide took over slot " +
                                                   expected.slot_name + " at the same moment");
     }
@@ -393,11 +314,8 @@ io::Task<void> Applier::replace_checkpoint(std::string owner, std::int64_t lease
 }
 
 io::Task<void> Applier::abort() {
-    if (in_transaction_) {
-        SqliteDestination* dest = &destination_;
-        auto job = [dest]() { dest->rollback(); };
-        co_await writer_.run(std::move(job));
-    }
+    // Also when in_transaction_ is false: a failed start_epoch may leave one open.
+    co_await destination_.rollback();
     in_transaction_ = false;
     source_open_ = false;
     rows_in_transaction_ = 0;

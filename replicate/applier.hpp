@@ -24,10 +24,9 @@
 
 #include "io/channel.hpp"
 #include "io/task.hpp"
-#include "io/worker_thread.hpp"
 #include "replicate/apply_work.hpp"
 #include "replicate/checkpoint.hpp"
-#include "replicate/sqlite_destination.hpp"
+#include "replicate/destination.hpp"
 
 namespace pgtide::replicate {
 
@@ -53,8 +52,7 @@ struct ApplyStats {
 
 class Applier {
 public:
-    Applier(SqliteDestination& destination, io::WorkerThread& writer, Checkpoint durable,
-            ApplierOptions options);
+    Applier(Destination& destination, Checkpoint durable, ApplierOptions options);
 
     /// Tables CopyRows/CopyComplete refer to by index; target tables must exist.
     void set_tables(std::vector<std::shared_ptr<const schema::Table>> tables);
@@ -91,8 +89,7 @@ private:
     void log_progress(std::chrono::steady_clock::time_point now);
     io::Task<void> replace_checkpoint(std::string owner, std::int64_t lease_until);
 
-    SqliteDestination& destination_;
-    io::WorkerThread& writer_;
+    Destination& destination_;
     Checkpoint checkpoint_;
     ApplierOptions options_;
     ReplicationConnection* stream_ = nullptr;

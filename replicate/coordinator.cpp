@@ -18,7 +18,8 @@
 #include "replicate/replication_connection.hpp"
 #include "replicate/session.hpp"
 #include "replicate/snapshot_copier.hpp"
-#include "replicate/sqlite_destination.hpp"
+#include "replicate/postgres_destination.hpp"
+#include "replicate/sqlite_writer.hpp"
 #include "replicate/stream.hpp"
 #include "schema/codec.hpp"
 
@@ -255,11 +256,12 @@ io::Task<RunSummary> Coordinator::run_phases() {
     // Every session of this process carries the owner token, so that a newcomer can tell a
     // live owner from the lease of a dead one.
     const std::string application_name = "pgtide/" + owner;
-    io::WorkerThread writer("sqlite-writer");
-    const std::string path = options_.sqlite_path;
-    auto open_job = [path]() { return std::make_unique<SqliteDestination>(path); };
-    std::unique_ptr<SqliteDestination> dest = co_await writer.run(std::move(open_job));
-    SqliteDestination* d = dest.get();
+    std::unique_ptr<Destination> dest;
+    if (options_.postgres_url.empty()) {
+        dest = co_await SqliteWriter::open(options_.sqlite_path);
+    } else {
+        dest = co_await PostgresDestination::open(options_.postgres_url, application_name);
+    }
 
     // The source: catalog connection, target LSN for --once, published tables.
     io::PgConnection catalog_conn = co_await io::PgConnection::connect(
@@ -279,11 +281,23 @@ io::Task<RunSummary> Coordinator::run_phases() {
                             "the publications list no tables; add tables to them "
                             "(ALTER PUBLICATION ... ADD TABLE ...)");
     }
+    // A PostgreSQL destination reads the source's text output back with the same types: no
+    // canonical values in between, so nothing is lost or reformatted.
+    const bool source_text = !options_.postgres_url.empty();
+    for (auto& st : source_tables) {
+        st.table.source_text = source_text;
+        // PostgreSQL keeps the source's schema (SQLite's default name folds it into the name).
+        if (source_text &&
+            st.table.target == schema::default_target_name(st.table.schema, st.table.name)) {
+            st.table.target = st.table.schema + "." + st.table.name;
+        }
+    }
     std::vector<std::shared_ptr<const schema::Table>> tables;
     for (const auto& st : source_tables) {
         tables.push_back(std::make_shared<const schema::Table>(st.table));
         for (std::size_t c = 0; c < st.table.columns.size(); ++c) {
-            const bool binary = schema::has_binary_decoder(st.table.columns[c].type);
+            const bool binary =
+                !st.table.source_text && schema::has_binary_decoder(st.table.columns[c].type);
             io::log_debug(binary ? "column copied in binary" : "column copied as text",
                           {{"table", st.table.qualified()},
                            {"column", st.table.columns[c].name},
@@ -292,8 +306,7 @@ io::Task<RunSummary> Coordinator::run_phases() {
     }
 
     const std::string slot = options_.slot;
-    auto load_job = [d, slot]() { return d->load_checkpoint(slot); };
-    std::optional<Checkpoint> checkpoint = co_await writer.run(std::move(load_job));
+    std::optional<Checkpoint> checkpoint = co_await dest->load_checkpoint(slot);
 
     ReplicationConnection replication =
         co_await ReplicationConnection::connect(options_.source_dsn, application_name);
@@ -345,12 +358,7 @@ io::Task<RunSummary> Coordinator::run_phases() {
         fresh.owner = owner;
         fresh.lease_until_unix_ms = unix_ms_now() + 30000;
         fresh.updated_at_unix_ms = unix_ms_now();
-        auto insert_job = [d, fresh]() {
-            d->begin();
-            d->insert_checkpoint(fresh);
-            d->commit();
-        };
-        co_await writer.run(std::move(insert_job));
+        co_await dest->insert_checkpoint(fresh);
         checkpoint = fresh;
     }
 
@@ -358,21 +366,14 @@ io::Task<RunSummary> Coordinator::run_phases() {
     for (const auto& t : tables) {
         plain_tables.push_back(*t);
     }
-    auto ddl_job = [d, plain_tables]() {
-        d->begin();
-        for (const auto& t : plain_tables) {
-            d->ensure_table(t);
-        }
-        d->commit();
-    };
-    co_await writer.run(std::move(ddl_job));
+    co_await dest->create_tables(std::move(plain_tables));
 
     ApplierOptions applier_options;
     applier_options.batch_rows = options_.apply_batch_rows;
     applier_options.flush_interval = options_.flush_interval;
     applier_options.idle_checkpoint_interval = options_.status_interval;
     applier_options.metrics = &metrics_;
-    Applier applier(*d, writer, *checkpoint, applier_options);
+    Applier applier(*dest, *checkpoint, applier_options);
     applier.set_tables(tables);
     if (checkpoint->owner != owner) {
         co_await applier.take_over(owner);
@@ -431,6 +432,9 @@ io::Task<RunSummary> Coordinator::run_phases() {
                                                           {"lsn", created.consistent_lsn.str()},
                                                           {"epoch", std::to_string(epoch)}});
                 co_await applier.start_epoch(epoch, created.consistent_lsn);
+                for (const auto& st : source_tables) {
+                    metrics_.snapshot_estimates[st.table.qualified()] = st.estimated_rows;
+                }
                 SnapshotOptions snapshot_options;
                 snapshot_options.parallel_tables = options_.parallel_tables;
                 snapshot_options.page_rows = options_.page_rows;
@@ -514,7 +518,7 @@ io::Task<RunSummary> Coordinator::run_phases() {
     }
     // Binary column values only when every published column can be decoded from them: a
     // type without a decoder would arrive in a form pgtide cannot read.
-    bool binary = options_.stream_binary;
+    bool binary = options_.stream_binary && !source_text;
     for (const auto& t : tables) {
         for (const auto& c : t->columns) {
             if (binary && !schema::has_binary_decoder(c.type)) {
@@ -616,8 +620,7 @@ io::Task<RunSummary> Coordinator::run_phases() {
     summary.changes = applier.stats().changes;
     summary.lsn = applier.checkpoint().lsn;
     summary.epoch = applier.checkpoint().epoch;
-    auto close_job = [&dest]() { dest.reset(); };
-    co_await writer.run(std::move(close_job));
+    co_await dest->close();
     co_return summary;
 }
 

@@ -34,7 +34,8 @@ struct RunOptions {
     bool temporary_slot = false;
     bool existing_slot_restart = false; ///< existing_slot = "restart_snapshot"
     std::optional<std::chrono::milliseconds> reconnect_deadline;
-    std::string sqlite_path;
+    std::string sqlite_path;  ///< the destination when postgres_url is empty
+    std::string postgres_url; ///< a PostgreSQL destination (postgresql://…)
     // [snapshot]
     int parallel_tables = 4;
     std::int64_t page_rows = 2048;
@@ -76,6 +77,9 @@ public:
 
     /// Asks the run to stop at the next transaction boundary (SIGINT/SIGTERM).
     void request_stop() { stop_requested_ = true; }
+
+    /// The run's counters, for the progress display (read on the loop thread).
+    const Metrics& metrics() const { return metrics_; }
 
 private:
     io::Task<RunSummary> run_phases();

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 
 namespace pgtide::replicate {
@@ -38,6 +39,8 @@ struct Metrics {
     std::int64_t rows_copied = 0;
     std::int64_t tables_copied = 0;
     std::map<std::string, std::int64_t> snapshot_rows; ///< by source table, this epoch
+    std::map<std::string, std::int64_t> snapshot_estimates; ///< pg_class.reltuples by table
+    std::set<std::string> snapshot_done; ///< tables whose copy completed, this epoch
     std::int64_t destination_commits = 0;
     Histogram commit_seconds;
     std::int64_t reconnects = 0;

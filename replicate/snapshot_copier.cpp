@@ -2,6 +2,7 @@
 #include "replicate/snapshot_copier.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "io/log.hpp"
 #include "io/when_all.hpp"
@@ -35,6 +36,26 @@ std::string describe_key(const schema::Table& table, const schema::Row& row) {
     return s;
 }
 
+// Rows to sample per range, and at least, when choosing cut points: SYSTEM sampling reads whole
+// pages, whose rows often hold neighbouring keys, so a sample needs many pages to be spread.
+constexpr std::int64_t kSampleRowsPerRange = 1000;
+constexpr std::int64_t kMinSampleRows = 50000;
+
+std::string table_sql(const schema::Table& t) {
+    return schema::quote_identifier(t.schema) + "." + schema::quote_identifier(t.name);
+}
+
+std::string first_key_sql(const schema::Table& t) {
+    return "src." + schema::quote_identifier(t.columns[t.key_columns.at(0)].name);
+}
+
+// A number as an SQL float literal ("%.17g": exact; may use an exponent, which SQL accepts).
+std::string float_sql(double v) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    return buf;
+}
+
 } // namespace
 
 SnapshotCopier::SnapshotCopier(std::string dsn, std::string snapshot_name,
@@ -43,7 +64,7 @@ SnapshotCopier::SnapshotCopier(std::string dsn, std::string snapshot_name,
       options_(options) {}
 
 std::string SnapshotCopier::page_query(const SourceTable& st, const std::vector<std::string>& after,
-                                       std::int64_t limit) {
+                                       std::int64_t limit, const KeyRange& range) {
     const schema::Table& t = st.table;
     std::string select;
     for (std::size_t i = 0; i < t.columns.size(); ++i) {
@@ -51,7 +72,7 @@ std::string SnapshotCopier::page_query(const SourceTable& st, const std::vector<
             select += ", ";
         }
         const std::string column = "src." + schema::quote_identifier(t.columns[i].name);
-        if (schema::has_binary_decoder(t.columns[i].type)) {
+        if (!t.source_text && schema::has_binary_decoder(t.columns[i].type)) {
             select += column;
         } else {
             // The type's output function, as the stream prints it: `::text` is not always
@@ -74,9 +95,15 @@ std::string SnapshotCopier::page_query(const SourceTable& st, const std::vector<
         // Qualified: the key's ::text copy in the select list has the same output name.
         keys += "src." + schema::quote_identifier(t.columns[t.key_columns[i]].name);
     }
-    std::string sql = "COPY (SELECT " + select + " FROM " + schema::quote_identifier(t.schema) +
-                      "." + schema::quote_identifier(t.name) + " AS src";
+    std::string sql = "COPY (SELECT " + select + " FROM " + table_sql(t) + " AS src";
     std::string where = st.row_filter.empty() ? "" : "(" + st.row_filter + ")";
+    // The range's bounds on the first key column, half-open: every key falls in one range.
+    if (range.lower) {
+        where += (where.empty() ? "" : " AND ") + first_key_sql(t) + " >= " + *range.lower;
+    }
+    if (range.upper) {
+        where += (where.empty() ? "" : " AND ") + first_key_sql(t) + " < " + *range.upper;
+    }
     if (!after.empty()) {
         where += where.empty() ? "(" : " AND (";
         where += keys + ") > (";
@@ -95,43 +122,200 @@ std::string SnapshotCopier::page_query(const SourceTable& st, const std::vector<
     return sql;
 }
 
+int SnapshotCopier::range_count(std::int64_t estimated_rows, std::int64_t split_rows, int readers) {
+    if (split_rows <= 0 || readers < 2 || estimated_rows <= split_rows) {
+        return 1;
+    }
+    const std::int64_t by_size = (estimated_rows + split_rows - 1) / split_rows;
+    return int(std::min<std::int64_t>(kMaxRanges, std::max<std::int64_t>(readers, by_size)));
+}
+
+void SnapshotCopier::check_stop() const {
+    if (options_.stop_requested != nullptr && *options_.stop_requested) {
+        throw StopRequested();
+    }
+}
+
 io::Task<void> SnapshotCopier::run(io::Channel<ApplyWork>& out) {
-    const int n = std::max(1, std::min<int>(options_.parallel_tables, int(tables_.size())));
+    // The first reader plans the work inside the snapshot, then copies like the others; the
+    // other readers connect once it is known how many there is work for.
+    io::PgConnection first = co_await open_reader();
+    co_await plan(first);
+    const int n = std::max(1, std::min<int>(options_.parallel_tables, int(work_.size())));
     std::vector<io::Task<void>> readers;
-    for (int i = 0; i < n; ++i) {
-        readers.push_back(reader(this, &out));
+    readers.push_back(reader(this, &out, std::move(first)));
+    for (int i = 1; i < n; ++i) {
+        io::PgConnection later; // connects inside its reader
+        readers.push_back(reader(this, &out, std::move(later)));
     }
     co_await io::when_all(std::move(readers));
 }
 
-io::Task<void> SnapshotCopier::reader(SnapshotCopier* self, io::Channel<ApplyWork>* out) {
-    io::PgConnection conn = co_await io::PgConnection::connect(
-        self->dsn_, sql_connection_params(self->options_.application_name));
+io::Task<io::PgConnection> SnapshotCopier::open_reader() {
+    io::PgConnection conn =
+        co_await io::PgConnection::connect(dsn_, sql_connection_params(options_.application_name));
     co_await conn.exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
-    co_await conn.exec("SET TRANSACTION SNAPSHOT " + conn.escape_literal(self->snapshot_name_));
-    while (self->next_table_ < self->tables_.size()) {
-        const std::size_t index = self->next_table_++;
-        co_await self->copy_table(conn, index, *out);
+    co_await conn.exec("SET TRANSACTION SNAPSHOT " + conn.escape_literal(snapshot_name_));
+    co_return conn;
+}
+
+io::Task<void> SnapshotCopier::plan(io::PgConnection& conn) {
+    copies_.assign(tables_.size(), TableCopy{});
+    work_.clear();
+    std::vector<std::int64_t> estimates(tables_.size(), 0);
+    const bool may_split =
+        options_.split_rows > 0 && options_.parallel_tables >= 2 && !tables_.empty();
+    if (may_split) {
+        estimates = co_await estimate_rows(conn);
+    }
+    for (std::size_t i = 0; i < tables_.size(); ++i) {
+        copies_[i].estimated_rows = may_split ? estimates[i] : tables_[i].estimated_rows;
+        const int want = range_count(estimates[i], options_.split_rows, options_.parallel_tables);
+        std::vector<std::string> cuts;
+        if (want > 1) {
+            check_stop();
+            cuts = co_await cut_points(conn, i, want, estimates[i]);
+        }
+        if (cuts.empty()) {
+            work_.push_back(Work{i, KeyRange{}, 1});
+            continue;
+        }
+        const int ranges = int(cuts.size()) + 1;
+        copies_[i].ranges = ranges;
+        copies_[i].ranges_left = ranges;
+        stats_.tables_split += 1;
+        stats_.ranges_planned += ranges;
+        for (int r = 0; r < ranges; ++r) {
+            KeyRange range;
+            if (r > 0) {
+                range.lower = cuts[std::size_t(r - 1)];
+            }
+            if (r + 1 < ranges) {
+                range.upper = cuts[std::size_t(r)];
+            }
+            work_.push_back(Work{i, std::move(range), r + 1});
+        }
+        io::log_info("splitting table into key ranges",
+                     {{"table", tables_[i].table.qualified()},
+                      {"estimated_rows", std::to_string(estimates[i])},
+                      {"ranges", std::to_string(ranges)},
+                      {"key", tables_[i].table.columns[tables_[i].table.key_columns.at(0)].name}});
+    }
+}
+
+// Every table's row count as the planner would estimate it: reltuples/relpages scaled to the
+// current number of pages (a table that grew since its last ANALYZE counts its new pages), or,
+// never analyzed, its size over a width guessed from the column types; a partitioned table
+// sums its leaves. One query for all tables.
+io::Task<std::vector<std::int64_t>> SnapshotCopier::estimate_rows(io::PgConnection& conn) {
+    std::string relations;
+    for (const auto& st : tables_) {
+        relations += (relations.empty() ? "" : ", ") + conn.escape_literal(table_sql(st.table));
+    }
+    const std::string sql =
+        "SELECT coalesce((SELECT sum(CASE WHEN c.reltuples >= 0 AND c.relpages > 0 "
+        "THEN c.reltuples / c.relpages * (pg_relation_size(c.oid) / "
+        "current_setting('block_size')::float8) "
+        "ELSE pg_relation_size(c.oid) / (24 + (SELECT coalesce(sum(CASE WHEN a.attlen > 0 "
+        "THEN a.attlen ELSE 32 END), 0) FROM pg_attribute a WHERE a.attrelid = c.oid "
+        "AND a.attnum > 0 AND NOT a.attisdropped))::float8 END) "
+        "FROM pg_class c WHERE (c.oid = u.rel AND c.relkind <> 'p') OR c.oid IN "
+        "(SELECT p.relid FROM pg_partition_tree(u.rel) p WHERE p.isleaf)), "
+        "0)::bigint FROM unnest(ARRAY[" +
+        relations + "]::regclass[]) WITH ORDINALITY AS u(rel, i) ORDER BY u.i";
+    io::PgResult r = co_await conn.exec(sql);
+    std::vector<std::int64_t> out;
+    for (int row = 0; row < r.rows(); ++row) {
+        out.push_back(std::stoll(std::string(r.get(row, 0))));
+    }
+    if (out.size() != tables_.size()) {
+        throw InternalError("row estimates: " + std::to_string(out.size()) + " rows for " +
+                            std::to_string(tables_.size()) + " tables");
+    }
+    co_return out;
+}
+
+// Up to ranges - 1 cut points of the first key column, as literals of its type, in the column's
+// own order (percentile_disc returns them in the order of its fractions, sorted by the
+// column's operator class and collation); repeats are dropped. Empty when the sample is.
+io::Task<std::vector<std::string>> SnapshotCopier::cut_points(io::PgConnection& conn,
+                                                              std::size_t index, int ranges,
+                                                              std::int64_t estimated_rows) {
+    const SourceTable& st = tables_[index];
+    const schema::Table& t = st.table;
+    std::string fractions;
+    for (int i = 1; i < ranges; ++i) {
+        fractions += (i > 1 ? "," : "") + float_sql(double(i) / ranges);
+    }
+    const std::int64_t sample_rows = std::max(kMinSampleRows, kSampleRowsPerRange * ranges);
+    std::string from = table_sql(t) + " AS src";
+    if (sample_rows < estimated_rows) {
+        from += " TABLESAMPLE SYSTEM (" +
+                float_sql(100.0 * double(sample_rows) / double(estimated_rows)) +
+                ") REPEATABLE (0)";
+    }
+    if (!st.row_filter.empty()) {
+        from += " WHERE (" + st.row_filter + ")";
+    }
+    const std::string sql = "SELECT u.cut::text FROM unnest((SELECT percentile_disc('{" +
+                            fractions + "}'::float8[]) WITHIN GROUP (ORDER BY " + first_key_sql(t) +
+                            ") FROM " + from + ")) WITH ORDINALITY AS u(cut, i) ORDER BY u.i";
+    io::PgResult r = co_await conn.exec(sql);
+    const std::string& type_sql = st.columns.at(t.key_columns.at(0)).type_sql;
+    std::vector<std::string> cuts;
+    std::string previous;
+    for (int row = 0; row < r.rows(); ++row) {
+        if (r.is_null(row, 0)) {
+            continue;
+        }
+        const std::string text(r.get(row, 0));
+        if (!cuts.empty() && text == previous) {
+            continue;
+        }
+        previous = text;
+        cuts.push_back(conn.escape_literal(text) + "::" + type_sql);
+    }
+    co_return cuts;
+}
+
+io::Task<void> SnapshotCopier::reader(SnapshotCopier* self, io::Channel<ApplyWork>* out,
+                                      io::PgConnection conn) {
+    if (!conn.is_open()) {
+        conn = co_await self->open_reader();
+    }
+    while (self->next_work_ < self->work_.size()) {
+        const Work work = self->work_[self->next_work_++];
+        co_await self->copy_range(conn, work, *out);
     }
     co_await conn.exec("COMMIT");
 }
 
-io::Task<void> SnapshotCopier::copy_table(io::PgConnection& conn, std::size_t index,
+io::Task<void> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
                                           io::Channel<ApplyWork>& out) {
+    const std::size_t index = work.table;
     const SourceTable& st = tables_[index];
     const schema::Table& t = st.table;
-    io::log_info("copying table",
-                 {{"table", t.qualified()}, {"estimated_rows", std::to_string(st.estimated_rows)}});
+    TableCopy& copy = copies_[index];
+    if (!copy.started) {
+        copy.started = true;
+        io::log_info("copying table", {{"table", t.qualified()},
+                                       {"estimated_rows", std::to_string(copy.estimated_rows)},
+                                       {"ranges", std::to_string(copy.ranges)}});
+    }
+    const std::string part = std::to_string(work.part) + "/" + std::to_string(copy.ranges);
+    if (copy.ranges > 1) {
+        io::log_info("copying key range", {{"table", t.qualified()}, {"range", part}});
+    }
+    copy.in_flight += 1;
+    stats_.max_ranges_in_flight = std::max(stats_.max_ranges_in_flight, copy.in_flight);
     std::vector<std::string> after;
     std::int64_t total = 0;
     CopyRows batch{index, {}};
     std::uint64_t batch_bytes = 0;
     std::vector<std::optional<std::string_view>> fields;
     for (;;) {
-        if (options_.stop_requested != nullptr && *options_.stop_requested) {
-            throw StopRequested();
-        }
-        co_await conn.copy_out_start(page_query(st, after, options_.page_rows));
+        check_stop();
+        co_await conn.copy_out_start(page_query(st, after, options_.page_rows, work.range));
         schema::BinaryCopyParser parser;
         std::int64_t in_page = 0;
         schema::Row last;
@@ -159,9 +343,13 @@ io::Task<void> SnapshotCopier::copy_table(io::PgConnection& conn, std::size_t in
                     }
                     row_bytes += f->size();
                     try {
-                        row.push_back(schema::has_binary_decoder(t.columns[c].type)
-                                          ? schema::decode_binary(t.columns[c].type, *f)
-                                          : schema::decode_text(t.columns[c].type, *f));
+                        if (t.source_text) {
+                            row.emplace_back(std::string(*f));
+                        } else {
+                            row.push_back(schema::has_binary_decoder(t.columns[c].type)
+                                              ? schema::decode_binary(t.columns[c].type, *f)
+                                              : schema::decode_text(t.columns[c].type, *f));
+                        }
                     } catch (const std::exception& e) {
                         throw DefiniteError(ExitCode::Other,
                                             std::string(e.what()) + " in column \"" +
@@ -179,7 +367,14 @@ io::Task<void> SnapshotCopier::copy_table(io::PgConnection& conn, std::size_t in
                 last_key_text.clear();
                 std::size_t extra = t.columns.size();
                 for (auto k : t.key_columns) {
-                    if (t.columns[k].storage == schema::StorageClass::Integer) {
+                    if (t.source_text) {
+                        // The value is the column's text output already.
+                        if (t.columns[k].storage != schema::StorageClass::Integer) {
+                            ++extra;
+                        }
+                        last_key_text.push_back(conn.escape_literal(std::get<std::string>(row[k])) +
+                                                "::" + st.columns[k].type_sql);
+                    } else if (t.columns[k].storage == schema::StorageClass::Integer) {
                         last_key_text.push_back(std::to_string(std::get<std::int64_t>(row[k])));
                     } else {
                         const auto& f = fields.at(extra++);
@@ -189,12 +384,13 @@ io::Task<void> SnapshotCopier::copy_table(io::PgConnection& conn, std::size_t in
                 }
                 batch_bytes += row_bytes + 16 * row.size();
                 batch.rows.push_back(std::move(row));
+                stats_.rows_read += 1;
                 ++in_page;
                 if (std::int64_t(batch.rows.size()) >= options_.batch_rows ||
                     batch_bytes >= options_.batch_bytes) {
                     total += std::int64_t(batch.rows.size());
-                    ApplyWork work(std::move(batch)); // named: see tests/lint_layers.sh
-                    co_await out.send(std::move(work));
+                    ApplyWork full(std::move(batch)); // named: see tests/lint_layers.sh
+                    co_await out.send(std::move(full));
                     batch = CopyRows{index, {}};
                     batch_bytes = 0;
                 }
@@ -207,11 +403,22 @@ io::Task<void> SnapshotCopier::copy_table(io::PgConnection& conn, std::size_t in
     }
     if (!batch.rows.empty()) {
         total += std::int64_t(batch.rows.size());
-        ApplyWork work(std::move(batch));
-        co_await out.send(std::move(work));
+        ApplyWork rows(std::move(batch));
+        co_await out.send(std::move(rows));
     }
-    ApplyWork work(CopyComplete{index, total});
-    co_await out.send(std::move(work));
+    copy.in_flight -= 1;
+    copy.rows += total;
+    copy.ranges_left -= 1;
+    if (copy.ranges > 1) {
+        stats_.ranges_copied += 1;
+        io::log_info("key range copied",
+                     {{"table", t.qualified()}, {"range", part}, {"rows", std::to_string(total)}});
+    }
+    // The last range of the table to finish reports it: every batch of every range is queued.
+    if (copy.ranges_left == 0) {
+        ApplyWork complete(CopyComplete{index, copy.rows});
+        co_await out.send(std::move(complete));
+    }
 }
 
 } // namespace pgtide::replicate

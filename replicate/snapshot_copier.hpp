@@ -7,13 +7,29 @@
 // idle until every reader has imported it (any command there ends the snapshot), which the
 // coordinator guarantees by not touching it until run() returns.
 //
-// A table is read in keyset order, one binary COPY per page of page_rows rows; the next page
-// continues after the last key read, with literals built from server-produced values. Rows go
-// to the applier in batches bounded by batch_rows and batch_bytes through a bounded channel:
-// a slow destination stalls the readers, never grows memory.
+// Work is planned before any row is read, on the first reader's connection (inside the same
+// snapshot): a table estimated to hold more than split_rows rows (pg_class.reltuples/relpages
+// scaled to the table's current size, as the planner does) is split into half-open ranges of
+// its first key column, cut at percentiles of a TABLESAMPLE of that column:
+//     key < b1,  b1 <= key < b2,  ...,  bk <= key
+// The cuts come from the server in the column's own order and collation, so whatever their
+// values the ranges are disjoint and cover every (non-null) key: each row is copied exactly
+// once. The boundaries only decide balance, never correctness. Composite keys are cut on their
+// first column alone; rows sharing a first-column value stay in one range.
+//
+// Up to parallel_tables readers then take work items (a whole table, or one range of a split
+// table) in order; the ranges of one table are copied at once by several readers under the one
+// exported snapshot. A range is read in keyset order, one binary COPY per page of page_rows
+// rows; the next page continues after the last key read, with literals built from
+// server-produced values. Rows go to the applier in batches bounded by batch_rows and
+// batch_bytes through a bounded channel: a slow destination stalls the readers, never grows
+// memory (at most channel capacity + one batch per reader are decoded and not yet applied).
+// The applier sees CopyRows of a table from any of its ranges, and one CopyComplete with the
+// table's total, sent by whichever range finishes last, after every batch of every range.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -26,13 +42,32 @@
 namespace pgtide::replicate {
 
 struct SnapshotOptions {
-    int parallel_tables = 4;
+    int parallel_tables = 4; ///< reader connections: tables, or ranges of one table, at once
     std::int64_t page_rows = 2048;
     std::int64_t batch_rows = 512;
     std::uint64_t batch_bytes = 4u << 20;
     std::uint64_t max_row_bytes = 64u << 20;
+    /// A table estimated to hold more rows than this is copied as key ranges by several readers
+    /// at once (`snapshot.split_rows`); 0 never splits. Splitting needs parallel_tables >= 2.
+    std::int64_t split_rows = 1000000;
     std::string application_name = "pgtide";
     const bool* stop_requested = nullptr; ///< checked between pages; stops with StopRequested
+};
+
+/// What a copy has done so far (tests, logs). Plain counters, updated on the loop thread.
+struct SnapshotStats {
+    std::int64_t rows_read = 0;      ///< rows decoded into batches (handed over, or about to be)
+    std::int64_t tables_split = 0;   ///< tables copied as several key ranges
+    std::int64_t ranges_planned = 0; ///< key ranges of those tables
+    std::int64_t ranges_copied = 0;  ///< of those, finished
+    int max_ranges_in_flight = 0;    ///< most ranges of one table being copied at the same moment
+};
+
+/// Half-open bounds on a table's first key column, `lower <= key < upper`, each an SQL literal
+/// cast to the column's type; an absent bound is open.
+struct KeyRange {
+    std::optional<std::string> lower;
+    std::optional<std::string> upper;
 };
 
 /// The copy was stopped on request (SIGINT/SIGTERM) before it finished.
@@ -46,24 +81,60 @@ public:
     SnapshotCopier(std::string dsn, std::string snapshot_name,
                    const std::vector<SourceTable>& tables, SnapshotOptions options);
 
-    /// Copies every table, sending CopyRows and one CopyComplete per table to `out`. Suspends.
-    /// Throws io::PgError (source), DefiniteError (a row over max_row_bytes).
+    /// Copies every table, sending CopyRows and exactly one CopyComplete per table (after all
+    /// of its rows) to `out`. Suspends; call once. Throws io::PgError (source), DefiniteError (a
+    /// row over max_row_bytes), StopRequested.
     io::Task<void> run(io::Channel<ApplyWork>& out);
 
-    /// The SQL of one page: exposed for tests.
+    /// Counters of the copy so far; valid during and after run().
+    const SnapshotStats& stats() const noexcept { return stats_; }
+
+    /// The SQL of one page of `range`, after the key `after` (empty: from the range's start):
+    /// exposed for tests.
     static std::string page_query(const SourceTable& table, const std::vector<std::string>& after,
-                                  std::int64_t limit);
+                                  std::int64_t limit, const KeyRange& range = {});
+
+    /// How many ranges a table of `estimated_rows` is cut into: 1 (not split) unless
+    /// split_rows > 0, readers >= 2 and estimated_rows > split_rows; then at least `readers`,
+    /// about split_rows rows each, at most kMaxRanges.
+    static int range_count(std::int64_t estimated_rows, std::int64_t split_rows, int readers);
+    static constexpr int kMaxRanges = 256;
 
 private:
-    static io::Task<void> reader(SnapshotCopier* self, io::Channel<ApplyWork>* out);
-    io::Task<void> copy_table(io::PgConnection& conn, std::size_t index,
-                              io::Channel<ApplyWork>& out);
+    /// One reader's unit of work: a whole table, or range `part` (1-based) of a split table.
+    struct Work {
+        std::size_t table = 0;
+        KeyRange range;
+        int part = 1;
+    };
+    /// A table's progress across its ranges.
+    struct TableCopy {
+        int ranges = 1;
+        int ranges_left = 1;
+        int in_flight = 0;
+        std::int64_t rows = 0;
+        std::int64_t estimated_rows = 0;
+        bool started = false;
+    };
+
+    io::Task<io::PgConnection> open_reader();
+    io::Task<void> plan(io::PgConnection& conn);
+    io::Task<std::vector<std::int64_t>> estimate_rows(io::PgConnection& conn);
+    io::Task<std::vector<std::string>> cut_points(io::PgConnection& conn, std::size_t index,
+                                                  int ranges, std::int64_t estimated_rows);
+    static io::Task<void> reader(SnapshotCopier* self, io::Channel<ApplyWork>* out,
+                                 io::PgConnection conn);
+    io::Task<void> copy_range(io::PgConnection& conn, Work work, io::Channel<ApplyWork>& out);
+    void check_stop() const;
 
     std::string dsn_;
     std::string snapshot_name_;
     const std::vector<SourceTable>& tables_;
     SnapshotOptions options_;
-    std::size_t next_table_ = 0;
+    std::vector<Work> work_;
+    std::size_t next_work_ = 0;
+    std::vector<TableCopy> copies_;
+    SnapshotStats stats_;
 };
 
 } // namespace pgtide::replicate

@@ -116,6 +116,7 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
             sc.type_oid = std::uint32_t(std::stoul(std::string(cols.get(c, 1))));
             sc.type_sql = std::string(cols.get(c, 2));
             schema::TableColumn tc;
+            tc.type_sql = sc.type_sql;
             tc.name = sc.name;
             tc.typmod = std::int32_t(std::stol(std::string(cols.get(c, 3))));
             tc.type = co_await resolve(conn, sc.type_oid);
@@ -271,6 +272,20 @@ schema::TypeRef SourceCatalog::resolve_cached(std::uint32_t oid) const {
         ref.element_oid = resolve_cached(it->second.elem).oid;
     }
     return ref;
+}
+
+io::Task<std::string> SourceCatalog::format_type(io::PgConnection& conn, std::uint32_t type_oid,
+                                                 std::int32_t typmod) {
+    const std::pair<std::uint32_t, std::int32_t> key(type_oid, typmod);
+    if (const auto it = type_sql_.find(key); it != type_sql_.end()) {
+        co_return it->second;
+    }
+    io::PgResult r = co_await conn.exec_params(
+        "SELECT format_type($1::oid, $2::int)",
+        params(std::to_string(type_oid), std::to_string(typmod)));
+    std::string sql(r.get(0, 0));
+    type_sql_.emplace(key, sql);
+    co_return sql;
 }
 
 io::Task<schema::TypeRef> SourceCatalog::resolve(io::PgConnection& conn, std::uint32_t type_oid) {

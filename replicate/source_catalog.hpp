@@ -52,6 +52,11 @@ public:
     /// their element). Caches. Suspends only for OIDs it has not seen.
     io::Task<schema::TypeRef> resolve(io::PgConnection& conn, std::uint32_t type_oid);
 
+    /// format_type(type_oid, typmod) on the source: the column type a PostgreSQL destination
+    /// declares. Caches. Suspends only for pairs it has not seen.
+    io::Task<std::string> format_type(io::PgConnection& conn, std::uint32_t type_oid,
+                                      std::int32_t typmod);
+
 private:
     struct TypeRow {
         char typtype = 'b';
@@ -63,6 +68,7 @@ private:
     schema::TypeRef resolve_cached(std::uint32_t oid) const;
 
     std::map<std::uint32_t, TypeRow> types_;
+    std::map<std::pair<std::uint32_t, std::int32_t>, std::string> type_sql_;
 };
 
 } // namespace pgtide::replicate

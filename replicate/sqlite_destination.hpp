@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "replicate/checkpoint.hpp"
+#include "replicate/destination.hpp"
 #include "schema/lsn.hpp"
 #include "schema/table.hpp"
 #include "schema/value.hpp"
@@ -36,34 +37,6 @@ struct sqlite3;
 struct sqlite3_stmt;
 
 namespace pgtide::replicate {
-
-/// What kind of failure a DestinationError reports, for the caller's retry and exit decisions.
-enum class DestinationErrorKind {
-    Other,
-    Busy,       ///< SQLITE_BUSY / SQLITE_LOCKED: another connection holds the database
-    Full,       ///< SQLITE_FULL: disk or quota full
-    ReadOnly,   ///< SQLITE_READONLY: file, directory or mount not writable
-    CantOpen,   ///< SQLITE_CANTOPEN
-    Io,         ///< SQLITE_IOERR
-    Corrupt,    ///< SQLITE_CORRUPT / SQLITE_NOTADB, or metadata rows pgtide cannot read
-    Constraint, ///< SQLITE_CONSTRAINT
-    Schema,     ///< an existing table pgtide cannot follow (key mismatch, type change, …)
-};
-
-/// A destination operation failed. The message names the database path, the table or metadata
-/// involved, and SQLite's own message with its extended result code.
-class DestinationError : public std::runtime_error {
-public:
-    DestinationError(DestinationErrorKind kind, int sqlite_code, const std::string& message)
-        : std::runtime_error(message), kind_(kind), sqlite_code_(sqlite_code) {}
-    DestinationErrorKind kind() const { return kind_; }
-    /// SQLite's extended result code; 0 when the error is pgtide's own check.
-    int sqlite_code() const { return sqlite_code_; }
-
-private:
-    DestinationErrorKind kind_;
-    int sqlite_code_;
-};
 
 class SqliteDestination {
 public:

@@ -43,6 +43,10 @@ io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
     decoder_ = std::make_unique<PgOutputDecoder>(replication_.proto_version());
     last_received_ = std::chrono::steady_clock::now();
     while (!done_) {
+        if (out.closed()) {
+            // The applier stopped (its error is what the caller reports): nothing to read for.
+            co_return;
+        }
         const bool pending = !batch_.empty() || batch_commit_;
         const auto deadline =
             std::chrono::steady_clock::now() + (pending ? options_.batch_linger : options_.tick);
@@ -112,6 +116,14 @@ io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
 std::shared_ptr<const schema::Table> Stream::table_for(std::uint32_t relation_oid) const {
     const auto it = by_oid_.find(relation_oid);
     if (it == by_oid_.end()) {
+        if (const auto unknown = unpublished_.find(relation_oid); unknown != unpublished_.end()) {
+            throw DefiniteError(ExitCode::Other,
+                                "table " + unknown->second +
+                                    " appeared in the stream but was not published when the "
+                                    "snapshot was taken; tables added to a publication while "
+                                    "pgtide runs are not copied yet: run `pgtide run "
+                                    "--resnapshot`");
+        }
         throw InternalError("pgoutput sent a change for relation " + std::to_string(relation_oid) +
                             " before its Relation message");
     }
@@ -126,25 +138,37 @@ io::Task<void> Stream::on_relation(pgoutput::Relation rel) {
     for (const auto& rc : rel.columns) {
         types.push_back(co_await catalog_.resolve(catalog_conn_, rc.type_oid));
     }
-    install_relation(rel, types);
+    // Column types as SQL only where a PostgreSQL destination declares them.
+    std::vector<std::string> type_sql;
+    const auto known = by_name_.find(source_name(rel.schema, rel.name));
+    if (known != by_name_.end() && known->second->source_text) {
+        for (const auto& rc : rel.columns) {
+            type_sql.push_back(co_await catalog_.format_type(catalog_conn_, rc.type_oid, rc.typmod));
+        }
+    }
+    install_relation(rel, types, type_sql);
 }
 
 void Stream::install_relation(const pgoutput::Relation& rel,
-                              const std::vector<schema::TypeRef>& types) {
+                              const std::vector<schema::TypeRef>& types,
+                              const std::vector<std::string>& type_sql) {
     const std::string name = source_name(rel.schema, rel.name);
     const auto known = by_name_.find(name);
     if (known == by_name_.end()) {
-        throw DefiniteError(ExitCode::Other,
-                            "table " + name +
-                                " appeared in the stream but was not published when the "
-                                "snapshot was taken; tables added to a publication while "
-                                "pgtide runs are not copied yet: run `pgtide run --resnapshot`");
+        // Not one of ours. With publish_via_partition_root, pgoutput describes the leaf
+        // partition too, after the root its changes are published as: only a change of such
+        // a relation is an error (table_for).
+        by_oid_.erase(rel.oid);
+        unpublished_[rel.oid] = name;
+        return;
     }
+    unpublished_.erase(rel.oid);
     const schema::Table& old = *known->second;
     auto table = std::make_shared<schema::Table>();
     table->schema = old.schema;
     table->name = old.name;
     table->target = old.target;
+    table->source_text = old.source_text;
     bool changed = rel.columns.size() != old.columns.size();
     for (std::size_t i = 0; i < rel.columns.size(); ++i) {
         const auto& rc = rel.columns[i];
@@ -159,6 +183,7 @@ void Stream::install_relation(const pgoutput::Relation& rel,
         col.typmod = rc.typmod;
         col.type = types[i];
         col.storage = schema::storage_class(col.type);
+        col.type_sql = i < type_sql.size() ? type_sql[i] : std::string();
         col.key = prev != nullptr && prev->key;
         if (prev != nullptr && prev->storage != col.storage) {
             throw DefiniteError(ExitCode::Other,
@@ -216,7 +241,11 @@ schema::Row Stream::decode_tuple(const schema::Table& table,
                 row.emplace_back(schema::UnchangedToast{});
                 break;
             case pgoutput::TupleColumn::Kind::Text:
-                row.push_back(schema::decode_text(table.columns[i].type, c.data));
+                if (table.source_text) {
+                    row.emplace_back(std::string(c.data));
+                } else {
+                    row.push_back(schema::decode_text(table.columns[i].type, c.data));
+                }
                 break;
             case pgoutput::TupleColumn::Kind::Binary:
                 row.push_back(schema::decode_binary(table.columns[i].type, c.data));
@@ -263,8 +292,20 @@ bool Stream::collect_change(const PgOutputMessage& msg) {
         auto table = table_for(up->relation_oid);
         schema::Row row = decode_tuple(*table, up->new_tuple);
         if (up->old_tuple) {
+            const schema::Row old_row = decode_tuple(*table, *up->old_tuple);
+            if (up->old_kind == 'O') {
+                // REPLICA IDENTITY FULL: the old row is whole (PostgreSQL inlines its TOAST
+                // values), so a column sent as unchanged TOAST has its value there. Without
+                // it, a key change would leave nothing to fill that column at the new key.
+                for (std::size_t i = 0; i < row.size() && i < old_row.size(); ++i) {
+                    if (std::holds_alternative<schema::UnchangedToast>(row[i]) &&
+                        !std::holds_alternative<schema::UnchangedToast>(old_row[i])) {
+                        row[i] = old_row[i];
+                    }
+                }
+            }
             // The key may have changed: a delete of the old key, then an upsert of the new.
-            schema::Row old_key = key_of(*table, decode_tuple(*table, *up->old_tuple));
+            schema::Row old_key = key_of(*table, old_row);
             if (old_key != key_of(*table, row)) {
                 batch_.push_back(Change{Change::Kind::Delete, table, std::move(old_key), version_});
             }

@@ -59,7 +59,8 @@ public:
 private:
     io::Task<void> on_message(std::string_view payload, io::Channel<ApplyWork>& out);
     io::Task<void> on_relation(pgoutput::Relation rel);
-    void install_relation(const pgoutput::Relation& rel, const std::vector<schema::TypeRef>& types);
+    void install_relation(const pgoutput::Relation& rel, const std::vector<schema::TypeRef>& types,
+                          const std::vector<std::string>& type_sql);
     /// Appends the changes of an Insert/Update/Delete/Truncate to the batch; false for any
     /// other message.
     bool collect_change(const PgOutputMessage& msg);
@@ -95,6 +96,8 @@ private:
     bool pinged_ = false; ///< a reply was requested since the last message
     std::chrono::steady_clock::time_point pinged_at_;
     std::shared_ptr<const schema::Table> pending_schema_change_;
+    /// Relations the stream described that the destination does not hold (by OID: name).
+    std::map<std::uint32_t, std::string> unpublished_;
 };
 
 /// Prefix of the non-transactional logical message `pgtide run --once` emits after reading its

@@ -23,6 +23,7 @@ struct TableColumn {
     TypeRef type;     ///< resolved type
     std::int32_t typmod = -1;
     StorageClass storage = StorageClass::Text; ///< declared SQLite type
+    std::string type_sql; ///< the source's format_type(type, typmod): a PostgreSQL column type
     bool key = false;                          ///< part of the ordering/identity key
     friend bool operator==(const TableColumn&, const TableColumn&) = default;
 };
@@ -33,6 +34,10 @@ struct Table {
     std::string target;                   ///< destination table name (DESIGN §5 naming)
     std::vector<TableColumn> columns;     ///< published columns, source order
     std::vector<std::size_t> key_columns; ///< indexes into columns, key order
+    /// Values are the source's text output, verbatim, instead of canonical values: what a
+    /// PostgreSQL destination reads back with the same types (readers and the stream then
+    /// select and decode every column as text).
+    bool source_text = false;
 
     /// "schema.name" as the user writes it (unquoted).
     std::string qualified() const { return schema + "." + name; }

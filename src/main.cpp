@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include <unistd.h>
+
 #include "io/cancel.hpp"
 #include "io/event_loop.hpp"
 #include "io/log.hpp"
@@ -16,6 +18,7 @@
 #include "src/command_line.hpp"
 #include "src/config.hpp"
 #include "src/drop_command.hpp"
+#include "src/progress.hpp"
 #include "src/status_command.hpp"
 
 namespace {
@@ -32,7 +35,11 @@ pgtide::replicate::RunOptions run_options(const pgtide::app::Config& c,
     o.existing_slot_restart =
         c.source.existing_slot == pgtide::app::SourceConfig::ExistingSlot::RestartSnapshot;
     o.reconnect_deadline = c.source.reconnect_deadline;
-    o.sqlite_path = c.destination.sqlite_path();
+    if (c.destination.is_postgresql()) {
+        o.postgres_url = c.destination.url;
+    } else {
+        o.sqlite_path = c.destination.sqlite_path();
+    }
     o.parallel_tables = c.snapshot.parallel_tables;
     o.page_rows = c.snapshot.page_rows;
     o.batch_rows = c.snapshot.batch_rows;
@@ -88,12 +95,23 @@ pgtide::io::Task<pgtide::replicate::RunSummary> run_then_stop(pgtide::replicate:
     co_return summary;
 }
 
-pgtide::io::Task<pgtide::replicate::RunSummary> run_command(pgtide::replicate::RunOptions options) {
+// The live progress display, only on a terminal with text logs.
+pgtide::io::Task<void> progress_if(bool enabled, const pgtide::replicate::Metrics* metrics,
+                                   pgtide::io::CancelToken token) {
+    if (enabled) {
+        co_await pgtide::app::show_progress(metrics, token);
+    }
+}
+
+pgtide::io::Task<pgtide::replicate::RunSummary> run_command(pgtide::replicate::RunOptions options,
+                                                            bool progress) {
     pgtide::replicate::Coordinator coordinator(std::move(options));
     pgtide::io::CancelSource watcher;
-    auto [summary, ignored] = co_await pgtide::io::when_all(
-        run_then_stop(&coordinator, &watcher), watch_signals(&coordinator, watcher.token()));
+    auto [summary, ignored, shown] = co_await pgtide::io::when_all(
+        run_then_stop(&coordinator, &watcher), watch_signals(&coordinator, watcher.token()),
+        progress_if(progress, &coordinator.metrics(), watcher.token()));
     (void)ignored;
+    (void)shown;
     co_return summary;
 }
 
@@ -101,7 +119,10 @@ int run(const pgtide::app::CommandLine& cl, const pgtide::app::Config& config) {
     pgtide::io::block_signals({SIGINT, SIGTERM});
     std::signal(SIGPIPE, SIG_IGN);
     pgtide::io::EventLoop loop;
-    const auto summary = pgtide::io::sync_wait(loop, run_command(run_options(config, cl)));
+    const bool progress =
+        ::isatty(2) == 1 && config.log.format == pgtide::app::LogConfig::Format::Text;
+    const auto summary =
+        pgtide::io::sync_wait(loop, run_command(run_options(config, cl), progress));
     if (cl.json) {
         std::printf("{\"tables_copied\":%lld,\"rows_copied\":%lld,\"transactions\":%lld,"
                     "\"changes\":%lld,\"lsn\":\"%s\",\"epoch\":%lld}\n",
@@ -140,14 +161,12 @@ int main(int argc, char** argv) {
                                 : io::LogFormat::Text);
         switch (cl.command) {
         case app::Command::Run:
-            if (!config.destination.is_sqlite()) {
-                io::log_error("only sqlite: destinations are supported so far");
-                return int(ExitCode::Usage);
-            }
             return run(cl, config);
         case app::Command::Check: {
             if (!config.destination.is_sqlite()) {
-                io::log_error("only sqlite: destinations are supported so far");
+                io::log_error("check, status and drop read sqlite: destinations only so far; "
+                              "for a postgresql destination, query its _pgtide_checkpoint and "
+                              "_pgtide_tables tables");
                 return int(ExitCode::Usage);
             }
             io::EventLoop loop;
@@ -158,7 +177,9 @@ int main(int argc, char** argv) {
         }
         case app::Command::Status: {
             if (!config.destination.is_sqlite()) {
-                io::log_error("only sqlite: destinations are supported so far");
+                io::log_error("check, status and drop read sqlite: destinations only so far; "
+                              "for a postgresql destination, query its _pgtide_checkpoint and "
+                              "_pgtide_tables tables");
                 return int(ExitCode::Usage);
             }
             io::EventLoop loop;
@@ -169,7 +190,9 @@ int main(int argc, char** argv) {
         }
         case app::Command::Drop: {
             if (!config.destination.is_sqlite()) {
-                io::log_error("only sqlite: destinations are supported so far");
+                io::log_error("check, status and drop read sqlite: destinations only so far; "
+                              "for a postgresql destination, query its _pgtide_checkpoint and "
+                              "_pgtide_tables tables");
                 return int(ExitCode::Usage);
             }
             io::EventLoop loop;

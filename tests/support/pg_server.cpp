@@ -211,8 +211,16 @@ std::string pg_bin_dir() {
     return (env != nullptr && *env != '\0') ? env : kDefaultBinDir;
 }
 
+std::string other_pg_bin_dir() {
+    const char* env = std::getenv("PGTIDE_PG_BIN_OTHER");
+    return env != nullptr ? env : "";
+}
+
 std::optional<std::string> missing_pg_binary() {
-    const std::string dir = pg_bin_dir();
+    return missing_pg_binary(pg_bin_dir());
+}
+
+std::optional<std::string> missing_pg_binary(const std::string& dir) {
     for (const char* name : {"initdb", "pg_ctl", "postgres"}) {
         const std::string path = dir + "/" + name;
         if (access(path.c_str(), X_OK) != 0) {
@@ -238,8 +246,12 @@ PgServer& PgServer::shared() {
     return server;
 }
 
-PgServer::PgServer(std::vector<std::string> extra_settings) : bin_dir_(pg_bin_dir()) {
-    if (const auto missing = missing_pg_binary()) {
+PgServer::PgServer(std::vector<std::string> extra_settings)
+    : PgServer(std::move(extra_settings), pg_bin_dir()) {}
+
+PgServer::PgServer(std::vector<std::string> extra_settings, std::string bin_dir)
+    : bin_dir_(std::move(bin_dir)) {
+    if (const auto missing = missing_pg_binary(bin_dir_)) {
         throw std::runtime_error("PostgreSQL binary missing: " + *missing +
                                  " (set PGTIDE_PG_BIN to a directory with initdb, pg_ctl, "
                                  "postgres)");

@@ -18,6 +18,11 @@ std::string pg_bin_dir();
 /// The first of initdb, pg_ctl, postgres that is missing from pg_bin_dir() (its full path), or
 /// nullopt when all are there.
 std::optional<std::string> missing_pg_binary();
+/// The same for the binaries of `dir`.
+std::optional<std::string> missing_pg_binary(const std::string& dir);
+/// $PGTIDE_PG_BIN_OTHER: the binaries of a second PostgreSQL major version, for cross-version
+/// tests (scripts/test sets it to 18 while testing on 15 and the other way round); "" if unset.
+std::string other_pg_bin_dir();
 
 /// True when the environment says CI=true: missing binaries are then a failure, never a skip.
 bool running_in_ci();
@@ -36,6 +41,8 @@ public:
     /// A private server; extra_settings are postgresql.conf lines ("max_wal_senders = 4") that
     /// override the defaults.
     explicit PgServer(std::vector<std::string> extra_settings = {});
+    /// The same, with the binaries of `bin_dir` (another PostgreSQL version).
+    PgServer(std::vector<std::string> extra_settings, std::string bin_dir);
     ~PgServer();
     PgServer(const PgServer&) = delete;
     PgServer& operator=(const PgServer&) = delete;

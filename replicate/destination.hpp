@@ -1,0 +1,97 @@
+// Destination: what the applier and the coordinator need of a destination database, whichever
+// it is (SQLite on its writer thread, PostgreSQL through an async connection on the loop).
+//
+// Every method suspends; none blocks the loop. A destination transaction opens on the first
+// method that writes (copy_rows, apply_changes, follow_schema, reset_tables, clear_tombstones)
+// and ends with commit(), which always writes the table progress and the checkpoint
+// compare-and-swap in the same transaction as the rows (DESIGN §1.3–1.4), or with rollback().
+// The versioned, tombstone-aware rules of DESIGN §5 hold for both implementations; see
+// sqlite_destination.hpp and postgres_destination.hpp for how each keeps them.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "io/task.hpp"
+#include "replicate/apply_work.hpp"
+#include "replicate/checkpoint.hpp"
+#include "schema/lsn.hpp"
+#include "schema/table.hpp"
+
+namespace pgtide::replicate {
+
+/// What kind of failure a DestinationError reports, for the caller's retry and exit decisions.
+enum class DestinationErrorKind {
+    Other,
+    Busy,       ///< SQLITE_BUSY / SQLITE_LOCKED; PostgreSQL: lock timeout, deadlock
+    Full,       ///< SQLITE_FULL; PostgreSQL 53xxx: disk or quota full
+    ReadOnly,   ///< SQLITE_READONLY; PostgreSQL: read-only transaction, missing privilege
+    CantOpen,   ///< SQLITE_CANTOPEN; PostgreSQL: cannot connect
+    Io,         ///< SQLITE_IOERR; PostgreSQL: the connection broke
+    Corrupt,    ///< SQLITE_CORRUPT / SQLITE_NOTADB, or metadata rows pgtide cannot read
+    Constraint, ///< SQLITE_CONSTRAINT; PostgreSQL 23xxx
+    Schema,     ///< an existing table pgtide cannot follow (key mismatch, type change, …)
+};
+
+/// A destination operation failed. The message names the database (path or host and database),
+/// the table or metadata involved, and the database's own message (SQLite's with its extended
+/// result code, PostgreSQL's with its SQLSTATE).
+class DestinationError : public std::runtime_error {
+public:
+    DestinationError(DestinationErrorKind kind, int sqlite_code, const std::string& message)
+        : std::runtime_error(message), kind_(kind), sqlite_code_(sqlite_code) {}
+    DestinationErrorKind kind() const { return kind_; }
+    /// SQLite's extended result code; 0 for PostgreSQL and for pgtide's own checks.
+    int sqlite_code() const { return sqlite_code_; }
+
+private:
+    DestinationErrorKind kind_;
+    int sqlite_code_;
+};
+
+class Destination {
+public:
+    virtual ~Destination() = default;
+
+    /// "sqlite:PATH" or the PostgreSQL URL without its password: for messages.
+    virtual std::string describe() const = 0;
+
+    /// The checkpoint row of `slot`, or nullopt when there is none.
+    virtual io::Task<std::optional<Checkpoint>> load_checkpoint(std::string slot) = 0;
+    /// Inserts the first checkpoint row of `c.slot_name` in a transaction of its own.
+    virtual io::Task<void> insert_checkpoint(Checkpoint c) = 0;
+
+    /// Creates (or, where compatible, adopts and extends) the target table of each of `tables`
+    /// in a transaction of its own. No transaction may be open.
+    virtual io::Task<void> create_tables(std::vector<schema::Table> tables) = 0;
+    /// The source table's columns changed: the target table follows, in the current
+    /// transaction, before the next change of that table.
+    virtual io::Task<void> follow_schema(std::shared_ptr<const schema::Table> table) = 0;
+
+    /// Snapshot rows of `table` at version `version` (the slot's consistent LSN).
+    virtual io::Task<void> copy_rows(std::shared_ptr<const schema::Table> table,
+                                     std::vector<schema::Row> rows, schema::Lsn version) = 0;
+    /// Stream changes in source order (each with its transaction's commit LSN as version).
+    /// Per key, the effect is that of applying them one by one.
+    virtual io::Task<void> apply_changes(std::vector<Change> changes) = 0;
+    /// For a new epoch: empties each target table of `tables` and its tombstones, and deletes
+    /// the table progress rows of `slot`.
+    virtual io::Task<void> reset_tables(std::string slot, std::vector<schema::Table> tables) = 0;
+    /// Removes every tombstone of the given target tables (their copy is complete).
+    virtual io::Task<void> clear_tombstones(std::vector<std::string> targets) = 0;
+
+    /// Writes `progress`, then the checkpoint CAS from `expected` to `next`, then COMMIT (a
+    /// transaction is opened first when none is). Returns false, rolled back, when the CAS
+    /// found another owner, epoch or LSN (fenced).
+    virtual io::Task<bool> commit(std::vector<TableProgress> progress, Checkpoint expected,
+                                  Checkpoint next) = 0;
+    /// Rolls back the open transaction, if any.
+    virtual io::Task<void> rollback() = 0;
+    /// Closes the database (after rolling back what is open).
+    virtual io::Task<void> close() = 0;
+};
+
+} // namespace pgtide::replicate

@@ -1,0 +1,792 @@
+// PostgresDestination: set-based versioned apply into PostgreSQL over the async connection.
+#include "replicate/postgres_destination.hpp"
+
+#include <unordered_map>
+
+#include "replicate/errors.hpp"
+#include "replicate/session.hpp"
+#include "schema/sql_quote.hpp"
+
+namespace pgtide::replicate {
+
+namespace {
+
+using schema::quote_identifier;
+
+constexpr const char* kCheckpointTable = R"("public"."_pgtide_checkpoint")";
+constexpr const char* kTablesTable = R"("public"."_pgtide_tables")";
+constexpr const char* kTombstonesTable = R"("public"."_pgtide_tombstones")";
+constexpr const char* kLsnColumn = R"("_pgtide_lsn")";
+/// COPY data is sent in pieces of about this size.
+constexpr std::size_t kCopyChunk = 1u << 20;
+
+constexpr const char* kCreateMetadata = R"sql(
+CREATE TABLE IF NOT EXISTS "public"."_pgtide_checkpoint" (
+    "slot_name" text NOT NULL PRIMARY KEY,
+    "system_identifier" text NOT NULL,
+    "timeline" bigint NOT NULL,
+    "database" text NOT NULL,
+    "epoch" bigint NOT NULL,
+    "phase" text NOT NULL,
+    "consistent_lsn" bigint NOT NULL,
+    "lsn" bigint NOT NULL,
+    "owner" text NOT NULL,
+    "lease_until" bigint NOT NULL,
+    "updated_at" bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS "public"."_pgtide_tables" (
+    "slot_name" text NOT NULL,
+    "source_table" text NOT NULL,
+    "target_table" text NOT NULL,
+    "state" text NOT NULL,
+    "epoch" bigint NOT NULL,
+    "copy_lsn" bigint NOT NULL,
+    "rows_copied" bigint NOT NULL,
+    "updated_at" bigint NOT NULL,
+    PRIMARY KEY ("slot_name", "source_table")
+);
+CREATE TABLE IF NOT EXISTS "public"."_pgtide_tombstones" (
+    "target_table" text NOT NULL,
+    "key" text NOT NULL,
+    "lsn" bigint NOT NULL,
+    PRIMARY KEY ("target_table", "key")
+);
+)sql";
+
+std::int64_t unix_ms_now() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+std::string lsn_text(schema::Lsn lsn) {
+    return std::to_string(std::int64_t(lsn.value()));
+}
+
+DestinationErrorKind kind_of(const io::PgError& e) {
+    const std::string& s = e.sqlstate;
+    if (e.connection_lost || s.starts_with("08") || s == "57P01" || s == "57P02" ||
+        s == "57P03") {
+        return DestinationErrorKind::Io;
+    }
+    if (s.starts_with("53")) {
+        return DestinationErrorKind::Full;
+    }
+    if (s.starts_with("23")) {
+        return DestinationErrorKind::Constraint;
+    }
+    if (s == "25006" || s == "42501") {
+        return DestinationErrorKind::ReadOnly;
+    }
+    if (s == "40P01" || s == "55P03" || s == "40001") {
+        return DestinationErrorKind::Busy;
+    }
+    return DestinationErrorKind::Other;
+}
+
+/// COPY's text format: backslash escapes for the characters that delimit it, \N for NULL.
+void append_copy_value(std::string& out, const schema::Value& value) {
+    if (const auto* text = std::get_if<std::string>(&value)) {
+        for (const char ch : *text) {
+            switch (ch) {
+            case '\\':
+                out += "\\\\";
+                break;
+            case '\t':
+                out += "\\t";
+                break;
+            case '\n':
+                out += "\\n";
+                break;
+            case '\r':
+                out += "\\r";
+                break;
+            default:
+                out += ch;
+            }
+        }
+    } else if (std::holds_alternative<schema::Null>(value)) {
+        out += "\\N";
+    } else if (const auto* i = std::get_if<std::int64_t>(&value)) {
+        out += std::to_string(*i);
+    } else {
+        // Tables of a PostgreSQL destination carry the source's text output only.
+        throw InternalError("a PostgreSQL destination was handed a value that is not source text");
+    }
+}
+
+/// Text of a value for a query parameter (nullopt: NULL).
+std::optional<std::string> param_of(const schema::Value& value) {
+    if (const auto* text = std::get_if<std::string>(&value)) {
+        return *text;
+    }
+    if (std::holds_alternative<schema::Null>(value)) {
+        return std::nullopt;
+    }
+    if (const auto* i = std::get_if<std::int64_t>(&value)) {
+        return std::to_string(*i);
+    }
+    throw InternalError("a PostgreSQL destination was handed a value that is not source text");
+}
+
+struct TargetName {
+    std::string schema;
+    std::string name;
+};
+
+TargetName target_name(const schema::Table& t) {
+    if (t.target == t.schema + "." + t.name ||
+        t.target == schema::default_target_name(t.schema, t.name)) {
+        return {t.schema, t.name};
+    }
+    const auto dot = t.target.find('.');
+    if (dot == std::string::npos) {
+        return {t.schema, t.target};
+    }
+    return {t.target.substr(0, dot), t.target.substr(dot + 1)};
+}
+
+std::string join_quoted(const std::vector<std::string>& names) {
+    std::string out;
+    for (const auto& n : names) {
+        if (!out.empty()) {
+            out += ", ";
+        }
+        out += quote_identifier(n);
+    }
+    return out;
+}
+
+std::vector<std::string> column_names(const schema::Table& t) {
+    std::vector<std::string> names;
+    for (const auto& c : t.columns) {
+        names.push_back(c.name);
+    }
+    return names;
+}
+
+const std::string& type_of(const schema::Table& t, std::size_t column) {
+    const std::string& sql = t.columns.at(column).type_sql;
+    if (sql.empty()) {
+        throw InternalError("column \"" + t.columns[column].name + "\" of " + t.qualified() +
+                            " has no SQL type for a PostgreSQL destination");
+    }
+    return sql;
+}
+
+template <class... S> std::vector<std::optional<std::string>> params(S&&... s) {
+    std::vector<std::optional<std::string>> out;
+    (out.emplace_back(std::forward<S>(s)), ...);
+    return out;
+}
+
+bool has_unchanged(const schema::Row& row) {
+    for (const auto& v : row) {
+        if (std::holds_alternative<schema::UnchangedToast>(v)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+} // namespace
+
+std::string PostgresDestination::target_sql(const schema::Table& table) {
+    const TargetName n = target_name(table);
+    return quote_identifier(n.schema) + "." + quote_identifier(n.name);
+}
+
+PostgresDestination::PostgresDestination(io::PgConnection conn, std::string target)
+    : conn_(std::move(conn)), target_(std::move(target)) {}
+
+io::Task<std::unique_ptr<PostgresDestination>>
+PostgresDestination::open(std::string url, std::string application_name) {
+    std::optional<io::PgConnection> conn;
+    try {
+        conn = co_await io::PgConnection::connect(url, sql_connection_params(application_name));
+    } catch (const io::PgError& e) {
+        throw DestinationError(DestinationErrorKind::CantOpen, 0,
+                               std::string("cannot connect to the postgresql destination: ") +
+                                   e.what());
+    }
+    const std::string target = conn->target();
+    std::unique_ptr<PostgresDestination> dest(new PostgresDestination(std::move(*conn), target));
+    co_await dest->run(kCreateMetadata, "creating the metadata tables (_pgtide_checkpoint, "
+                                        "_pgtide_tables, _pgtide_tombstones in schema public)");
+    co_return dest;
+}
+
+void PostgresDestination::fail(const std::exception& e, const std::string& what) const {
+    if (const auto* pe = dynamic_cast<const io::PgError*>(&e)) {
+        throw DestinationError(kind_of(*pe), 0, describe() + ": " + what + ": " + e.what());
+    }
+    throw DestinationError(DestinationErrorKind::Other, 0,
+                           describe() + ": " + what + ": " + e.what());
+}
+
+io::Task<io::PgResult> PostgresDestination::run(std::string sql, std::string what) {
+    if (!copying_.empty()) {
+        co_await end_copy();
+    }
+    try {
+        io::PgResult r = co_await conn_.exec(std::move(sql));
+        co_return r;
+    } catch (const io::PgError& e) {
+        fail(e, what);
+    }
+}
+
+io::Task<io::PgResult>
+PostgresDestination::run_params(std::string sql, std::vector<std::optional<std::string>> values,
+                                std::string what) {
+    if (!copying_.empty()) {
+        co_await end_copy();
+    }
+    try {
+        io::PgResult r = co_await conn_.exec_params(std::move(sql), std::move(values));
+        co_return r;
+    } catch (const io::PgError& e) {
+        fail(e, what);
+    }
+}
+
+io::Task<void> PostgresDestination::begin() {
+    if (in_transaction_) {
+        co_return;
+    }
+    co_await run("BEGIN", "starting a transaction");
+    in_transaction_ = true;
+    for (auto& [target, staging] : staging_) {
+        staging.used = false;
+    }
+}
+
+io::Task<void> PostgresDestination::end_copy() {
+    const std::string target = copying_;
+    copying_.clear();
+    copy_columns_.clear();
+    try {
+        co_await conn_.copy_in_end();
+    } catch (const io::PgError& e) {
+        fail(e, "copying rows into " + target);
+    }
+}
+
+io::Task<void> PostgresDestination::send_copy(std::string& buffer, bool last) {
+    if (buffer.empty() || (!last && buffer.size() < kCopyChunk)) {
+        co_return;
+    }
+    std::string chunk = std::move(buffer);
+    buffer.clear();
+    try {
+        co_await conn_.put_copy_data(std::move(chunk));
+    } catch (const io::PgError& e) {
+        fail(e, "sending COPY data");
+    }
+}
+
+// ---- metadata ----------------------------------------------------------------------------
+
+io::Task<std::optional<Checkpoint>> PostgresDestination::load_checkpoint(std::string slot) {
+    const std::string what = "reading the checkpoint of slot " + slot;
+    io::PgResult r = co_await run_params(
+        std::string("SELECT slot_name, system_identifier, timeline, database, epoch, phase, "
+                    "consistent_lsn, lsn, owner, lease_until, updated_at FROM ") +
+            kCheckpointTable + " WHERE slot_name = $1",
+        params(slot), what);
+    if (r.rows() == 0) {
+        co_return std::nullopt;
+    }
+    Checkpoint c;
+    try {
+        const auto integer = [&r](int col) { return std::stoll(std::string(r.get(0, col))); };
+        const auto lsn = [&](int col) {
+            const std::int64_t v = integer(col);
+            if (v < 0) {
+                throw std::invalid_argument("a negative LSN");
+            }
+            return schema::Lsn(std::uint64_t(v));
+        };
+        c.slot_name = std::string(r.get(0, 0));
+        c.system_identifier = std::string(r.get(0, 1));
+        c.timeline = integer(2);
+        c.database = std::string(r.get(0, 3));
+        c.epoch = integer(4);
+        const auto phase = parse_phase(r.get(0, 5));
+        if (!phase) {
+            throw std::invalid_argument("unknown phase '" + std::string(r.get(0, 5)) + "'");
+        }
+        c.phase = *phase;
+        c.consistent_lsn = lsn(6);
+        c.lsn = lsn(7);
+        c.owner = std::string(r.get(0, 8));
+        c.lease_until_unix_ms = integer(9);
+        c.updated_at_unix_ms = integer(10);
+    } catch (const std::exception& e) {
+        throw DestinationError(DestinationErrorKind::Corrupt, 0,
+                               describe() + ": " + what + ": " + e.what());
+    }
+    co_return c;
+}
+
+io::Task<void> PostgresDestination::insert_checkpoint(Checkpoint c) {
+    co_await run_params(
+        std::string("INSERT INTO ") + kCheckpointTable +
+            " (slot_name, system_identifier, timeline, database, epoch, phase, consistent_lsn, "
+            "lsn, owner, lease_until, updated_at) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        params(c.slot_name, c.system_identifier, std::to_string(c.timeline), c.database,
+               std::to_string(c.epoch), std::string(to_string(c.phase)),
+               lsn_text(c.consistent_lsn), lsn_text(c.lsn), c.owner,
+               std::to_string(c.lease_until_unix_ms), std::to_string(c.updated_at_unix_ms)),
+        "inserting the checkpoint of slot " + c.slot_name);
+}
+
+io::Task<bool> PostgresDestination::commit(std::vector<TableProgress> progress,
+                                           Checkpoint expected, Checkpoint next) {
+    if (next.slot_name != expected.slot_name) {
+        throw InternalError("checkpoint compare-and-swap from slot " + expected.slot_name +
+                            " to slot " + next.slot_name);
+    }
+    co_await begin();
+    const std::string now = std::to_string(unix_ms_now());
+    for (const auto& p : progress) {
+        co_await run_params(
+            std::string("INSERT INTO ") + kTablesTable +
+                " (slot_name, source_table, target_table, state, epoch, copy_lsn, rows_copied, "
+                "updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
+                "ON CONFLICT (slot_name, source_table) DO UPDATE SET "
+                "target_table = excluded.target_table, state = excluded.state, "
+                "epoch = excluded.epoch, copy_lsn = excluded.copy_lsn, "
+                "rows_copied = excluded.rows_copied, updated_at = excluded.updated_at",
+            params(next.slot_name, p.source_table, p.target_table, std::string(to_string(p.state)),
+                   std::to_string(p.epoch), lsn_text(p.copy_lsn), std::to_string(p.rows_copied),
+                   now),
+            "recording the state of " + p.source_table);
+    }
+    io::PgResult swapped = co_await run_params(
+        std::string("UPDATE ") + kCheckpointTable +
+            " SET system_identifier = $1, timeline = $2, database = $3, epoch = $4, phase = $5, "
+            "consistent_lsn = $6, lsn = $7, owner = $8, lease_until = $9, updated_at = $10 "
+            "WHERE slot_name = $11 AND epoch = $12 AND owner = $13 AND lsn = $14 RETURNING 1",
+        params(next.system_identifier, std::to_string(next.timeline), next.database,
+               std::to_string(next.epoch), std::string(to_string(next.phase)),
+               lsn_text(next.consistent_lsn), lsn_text(next.lsn), next.owner,
+               std::to_string(next.lease_until_unix_ms), std::to_string(next.updated_at_unix_ms),
+               expected.slot_name, std::to_string(expected.epoch), expected.owner,
+               lsn_text(expected.lsn)),
+        "advancing the checkpoint of slot " + expected.slot_name);
+    if (swapped.rows() != 1) {
+        co_await rollback();
+        co_return false;
+    }
+    // Whatever COMMIT answers, the transaction is over.
+    in_transaction_ = false;
+    co_await run("COMMIT", "committing");
+    co_return true;
+}
+
+io::Task<void> PostgresDestination::rollback() {
+    if (!copying_.empty()) {
+        // The rows sent so far go with the transaction.
+        try {
+            co_await end_copy();
+        } catch (const DestinationError&) {
+        }
+    }
+    staging_.clear(); // staging tables created in this transaction vanish with it
+    if (in_transaction_) {
+        in_transaction_ = false;
+        co_await run("ROLLBACK", "rolling back");
+    }
+}
+
+io::Task<void> PostgresDestination::close() {
+    if (conn_.is_open()) {
+        try {
+            co_await rollback();
+        } catch (const DestinationError&) {
+        }
+    }
+    conn_.close();
+}
+
+// ---- tables ------------------------------------------------------------------------------
+
+io::Task<void> PostgresDestination::create_tables(std::vector<schema::Table> tables) {
+    co_await begin();
+    for (const auto& t : tables) {
+        co_await ensure_table(t);
+    }
+    in_transaction_ = false;
+    co_await run("COMMIT", "committing the destination tables");
+}
+
+io::Task<void> PostgresDestination::follow_schema(std::shared_ptr<const schema::Table> table) {
+    co_await begin();
+    co_await ensure_table(*table);
+}
+
+io::Task<void> PostgresDestination::ensure_table(const schema::Table& table) {
+    const TargetName name = target_name(table);
+    const std::string target = target_sql(table);
+    const std::string what = "preparing table " + target + " for " + table.qualified();
+    io::PgResult ns = co_await run_params("SELECT 1 FROM pg_namespace WHERE nspname = $1",
+                                          params(name.schema), what);
+    if (ns.rows() == 0) {
+        co_await run("CREATE SCHEMA IF NOT EXISTS " + quote_identifier(name.schema), what);
+    }
+    io::PgResult existing = co_await run_params(
+        "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+        "WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped "
+        "ORDER BY a.attnum",
+        params(target), what);
+    if (existing.rows() == 0) {
+        std::string ddl = "CREATE TABLE " + target + " (";
+        for (std::size_t i = 0; i < table.columns.size(); ++i) {
+            const auto& c = table.columns[i];
+            ddl += quote_identifier(c.name) + " " + type_of(table, i);
+            if (c.key) {
+                ddl += " NOT NULL";
+            }
+            ddl += ", ";
+        }
+        std::vector<std::string> keys;
+        for (auto k : table.key_columns) {
+            keys.push_back(table.columns[k].name);
+        }
+        ddl += std::string(kLsnColumn) + " bigint NOT NULL, PRIMARY KEY (" + join_quoted(keys) +
+               "))";
+        co_await run(std::move(ddl),
+                     "creating table " + target +
+                         " (a type the source's columns use may be missing in the destination: "
+                         "create it there first)");
+        co_return;
+    }
+    std::unordered_map<std::string, std::string> types;
+    for (int r = 0; r < existing.rows(); ++r) {
+        types.emplace(std::string(existing.get(r, 0)), std::string(existing.get(r, 1)));
+    }
+    if (!types.count("_pgtide_lsn")) {
+        throw DestinationError(DestinationErrorKind::Schema, 0,
+                               describe() + ": table " + target +
+                                   " exists but has no _pgtide_lsn column: it was not created by "
+                                   "pgtide; drop it or map " + table.qualified() +
+                                   " to another target");
+    }
+    std::string problems;
+    for (std::size_t i = 0; i < table.columns.size(); ++i) {
+        const auto& c = table.columns[i];
+        const auto it = types.find(c.name);
+        if (it == types.end()) {
+            co_await run("ALTER TABLE " + target + " ADD COLUMN " + quote_identifier(c.name) + " " +
+                             type_of(table, i),
+                         "adding column \"" + c.name + "\" to " + target);
+        } else if (it->second != type_of(table, i)) {
+            problems += "; column \"" + c.name + "\" is " + it->second +
+                        " in the destination but " + type_of(table, i) + " on the source";
+        }
+    }
+    io::PgResult pk = co_await run_params(
+        "SELECT a.attname FROM pg_index i "
+        "CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord) "
+        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+        "WHERE i.indrelid = to_regclass($1) AND i.indisprimary ORDER BY k.ord",
+        params(target), what);
+    std::vector<std::string> have;
+    for (int r = 0; r < pk.rows(); ++r) {
+        have.emplace_back(pk.get(r, 0));
+    }
+    std::vector<std::string> want;
+    for (auto k : table.key_columns) {
+        want.push_back(table.columns[k].name);
+    }
+    if (have != want) {
+        problems += "; its primary key is (" + join_quoted(have) + ") but the source's key is (" +
+                    join_quoted(want) + ")";
+    }
+    if (!problems.empty()) {
+        throw DestinationError(DestinationErrorKind::Schema, 0,
+                               describe() + ": table " + target + " cannot hold " +
+                                   table.qualified() + problems +
+                                   "; alter or drop the destination table");
+    }
+}
+
+io::Task<void> PostgresDestination::reset_tables(std::string slot,
+                                                 std::vector<schema::Table> tables) {
+    co_await begin();
+    std::string truncate;
+    for (const auto& t : tables) {
+        truncate += (truncate.empty() ? "TRUNCATE " : ", ") + target_sql(t);
+        co_await run_params(std::string("DELETE FROM ") + kTombstonesTable +
+                                " WHERE target_table = $1",
+                            params(t.target), "removing the tombstones of " + t.target);
+    }
+    if (!truncate.empty()) {
+        co_await run(std::move(truncate), "emptying the tables for a new epoch");
+    }
+    co_await run_params(std::string("DELETE FROM ") + kTablesTable + " WHERE slot_name = $1",
+                        params(slot), "removing the table states of slot " + slot);
+}
+
+io::Task<void> PostgresDestination::clear_tombstones(std::vector<std::string> targets) {
+    co_await begin();
+    for (const auto& t : targets) {
+        co_await run_params(std::string("DELETE FROM ") + kTombstonesTable +
+                                " WHERE target_table = $1",
+                            params(t), "removing the tombstones of " + t);
+    }
+}
+
+// ---- rows --------------------------------------------------------------------------------
+
+io::Task<void> PostgresDestination::copy_rows(std::shared_ptr<const schema::Table> table,
+                                              std::vector<schema::Row> rows,
+                                              schema::Lsn version) {
+    co_await begin();
+    const std::string target = target_sql(*table);
+    std::vector<std::string> columns = column_names(*table);
+    if (copying_ != target || copy_columns_ != columns) {
+        if (!copying_.empty()) {
+            co_await end_copy();
+        }
+        std::string sql = "COPY " + target + " (" + join_quoted(columns) + ", " + kLsnColumn +
+                          ") FROM STDIN";
+        try {
+            co_await conn_.copy_in_start(std::move(sql));
+        } catch (const io::PgError& e) {
+            fail(e, "starting to copy rows into " + target);
+        }
+        copying_ = target;
+        copy_columns_ = std::move(columns);
+    }
+    const std::string version_text = lsn_text(version);
+    std::string buffer;
+    for (const auto& row : rows) {
+        for (const auto& value : row) {
+            append_copy_value(buffer, value);
+            buffer += '\t';
+        }
+        buffer += version_text;
+        buffer += '\n';
+        if (buffer.size() >= kCopyChunk) {
+            co_await send_copy(buffer, false);
+        }
+    }
+    co_await send_copy(buffer, true);
+}
+
+io::Task<void> PostgresDestination::apply_changes(std::vector<Change> changes) {
+    co_await begin();
+    // The last change of each key, per target table, in first-seen order of the keys. A
+    // truncate, or a table whose columns changed, ends the stretch that can be merged at once.
+    struct Group {
+        std::shared_ptr<const schema::Table> table;
+        std::unordered_map<std::string, std::size_t> by_key;
+        std::vector<Change> last;
+    };
+    std::vector<Group> groups;
+    std::size_t i = 0;
+    while (i < changes.size()) {
+        groups.clear();
+        for (; i < changes.size(); ++i) {
+            Change& c = changes[i];
+            if (c.kind == Change::Kind::Truncate) {
+                break;
+            }
+            Group* g = nullptr;
+            bool reshaped = false;
+            for (auto& candidate : groups) {
+                if (candidate.table == c.table) {
+                    g = &candidate;
+                } else if (candidate.table->target == c.table->target) {
+                    reshaped = true;
+                }
+            }
+            if (reshaped) {
+                break;
+            }
+            if (g == nullptr) {
+                groups.emplace_back();
+                g = &groups.back();
+                g->table = c.table;
+            }
+            const std::string key = c.kind == Change::Kind::Delete
+                                        ? encode_tombstone_key(c.values)
+                                        : encode_tombstone_key(c.values, c.table->key_columns);
+            const auto found = g->by_key.find(key);
+            if (found == g->by_key.end()) {
+                g->by_key.emplace(key, g->last.size());
+                g->last.push_back(std::move(c));
+                continue;
+            }
+            Change& earlier = g->last[found->second];
+            if (c.kind == Change::Kind::Upsert && earlier.kind == Change::Kind::Upsert) {
+                for (std::size_t v = 0; v < c.values.size() && v < earlier.values.size(); ++v) {
+                    if (std::holds_alternative<schema::UnchangedToast>(c.values[v])) {
+                        c.values[v] = std::move(earlier.values[v]);
+                    }
+                }
+            }
+            earlier = std::move(c);
+        }
+        for (const auto& g : groups) {
+            std::vector<const Change*> upserts;
+            std::vector<const Change*> deletes;
+            std::vector<const Change*> partial;
+            for (const auto& c : g.last) {
+                if (c.kind == Change::Kind::Delete) {
+                    deletes.push_back(&c);
+                } else if (has_unchanged(c.values)) {
+                    partial.push_back(&c);
+                } else {
+                    upserts.push_back(&c);
+                }
+            }
+            if (!upserts.empty() || !deletes.empty()) {
+                co_await merge(upserts, deletes);
+            }
+            for (const Change* c : partial) {
+                co_await update_partial(*c);
+            }
+        }
+        if (i < changes.size() && changes[i].kind == Change::Kind::Truncate) {
+            co_await truncate(changes[i]);
+            ++i;
+        }
+    }
+}
+
+io::Task<void> PostgresDestination::merge(const std::vector<const Change*>& upserts,
+                                          const std::vector<const Change*>& deletes) {
+    const schema::Table& table = upserts.empty() ? *deletes.front()->table
+                                                 : *upserts.front()->table;
+    const std::string target = target_sql(table);
+    std::vector<std::string> columns = column_names(table);
+    auto found = staging_.find(target);
+    if (found == staging_.end() || found->second.columns != columns) {
+        Staging staging;
+        staging.name = quote_identifier("_pgtide_stage_" + std::to_string(++staging_count_));
+        staging.columns = columns;
+        std::string ddl = "CREATE TEMP TABLE " + staging.name + " (\"_pgtide_op\" \"char\"";
+        for (std::size_t c = 0; c < table.columns.size(); ++c) {
+            ddl += ", " + quote_identifier(table.columns[c].name) + " " + type_of(table, c);
+        }
+        ddl += std::string(", ") + kLsnColumn + " bigint) ON COMMIT DELETE ROWS";
+        co_await run(std::move(ddl), "creating a staging table for " + target);
+        staging_[target] = std::move(staging);
+        found = staging_.find(target);
+    }
+    Staging& staging = found->second;
+    if (staging.used) {
+        co_await run("TRUNCATE " + staging.name, "emptying the staging table of " + target);
+    }
+    staging.used = true;
+
+    const std::string list = join_quoted(columns);
+    std::string copy = "COPY " + staging.name + " (\"_pgtide_op\", " + list + ", " + kLsnColumn +
+                       ") FROM STDIN";
+    try {
+        co_await conn_.copy_in_start(std::move(copy));
+    } catch (const io::PgError& e) {
+        fail(e, "staging the changes of " + target);
+    }
+    copying_ = staging.name;
+    std::string buffer;
+    for (const Change* c : upserts) {
+        buffer += "u\t";
+        for (const auto& value : c->values) {
+            append_copy_value(buffer, value);
+            buffer += '\t';
+        }
+        buffer += lsn_text(c->version);
+        buffer += '\n';
+        co_await send_copy(buffer, false);
+    }
+    for (const Change* c : deletes) {
+        buffer += "d\t";
+        for (std::size_t col = 0; col < table.columns.size(); ++col) {
+            std::size_t k = 0;
+            while (k < table.key_columns.size() && table.key_columns[k] != col) {
+                ++k;
+            }
+            if (k < table.key_columns.size()) {
+                append_copy_value(buffer, c->values.at(k));
+            } else {
+                buffer += "\\N";
+            }
+            buffer += '\t';
+        }
+        buffer += lsn_text(c->version);
+        buffer += '\n';
+        co_await send_copy(buffer, false);
+    }
+    co_await send_copy(buffer, true);
+    co_await end_copy();
+
+    std::string sql;
+    if (!upserts.empty()) {
+        std::vector<std::string> keys;
+        for (auto k : table.key_columns) {
+            keys.push_back(table.columns[k].name);
+        }
+        sql += "INSERT INTO " + target + " AS d (" + list + ", " + kLsnColumn + ") SELECT " +
+               list + ", " + kLsnColumn + " FROM " + staging.name +
+               " WHERE \"_pgtide_op\" = 'u' ON CONFLICT (" + join_quoted(keys) + ") DO UPDATE SET ";
+        for (std::size_t c = 0; c < table.columns.size(); ++c) {
+            if (!table.columns[c].key) {
+                const std::string col = quote_identifier(table.columns[c].name);
+                sql += col + " = excluded." + col + ", ";
+            }
+        }
+        sql += std::string(kLsnColumn) + " = excluded." + kLsnColumn + " WHERE d." + kLsnColumn +
+               " <= excluded." + kLsnColumn + ";";
+    }
+    if (!deletes.empty()) {
+        sql += "DELETE FROM " + target + " AS d USING " + staging.name +
+               " AS s WHERE s.\"_pgtide_op\" = 'd'";
+        for (auto k : table.key_columns) {
+            const std::string col = quote_identifier(table.columns[k].name);
+            sql += " AND d." + col + " = s." + col;
+        }
+        sql += std::string(" AND d.") + kLsnColumn + " <= s." + kLsnColumn + ";";
+    }
+    co_await run(std::move(sql), "merging " + std::to_string(upserts.size()) + " upserts and " +
+                                     std::to_string(deletes.size()) + " deletes into " + target);
+}
+
+io::Task<void> PostgresDestination::update_partial(const Change& change) {
+    const schema::Table& table = *change.table;
+    const std::string target = target_sql(table);
+    std::vector<std::optional<std::string>> values;
+    std::string sql = "UPDATE " + target + " SET ";
+    for (std::size_t c = 0; c < table.columns.size(); ++c) {
+        const auto& v = change.values.at(c);
+        if (table.columns[c].key || std::holds_alternative<schema::UnchangedToast>(v)) {
+            continue;
+        }
+        values.push_back(param_of(v));
+        sql += quote_identifier(table.columns[c].name) + " = $" + std::to_string(values.size()) +
+               ", ";
+    }
+    values.push_back(lsn_text(change.version));
+    const std::string version = "$" + std::to_string(values.size());
+    sql += std::string(kLsnColumn) + " = " + version + "::bigint WHERE " + kLsnColumn +
+           " <= " + version + "::bigint";
+    for (auto k : table.key_columns) {
+        values.push_back(param_of(change.values.at(k)));
+        sql += " AND " + quote_identifier(table.columns[k].name) + " = $" +
+               std::to_string(values.size());
+    }
+    co_await run_params(std::move(sql), std::move(values),
+                        "updating a row of " + target + " (unchanged TOAST columns kept)");
+}
+
+io::Task<void> PostgresDestination::truncate(const Change& change) {
+    const std::string target = target_sql(*change.table);
+    co_await run_params("DELETE FROM " + target + " WHERE " + kLsnColumn + " <= $1::bigint",
+                        params(lsn_text(change.version)), "truncating " + target);
+}
+
+} // namespace pgtide::replicate

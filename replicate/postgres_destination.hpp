@@ -1,0 +1,99 @@
+// PostgresDestination: a PostgreSQL database kept in step with the source (DESIGN §5 "PostgreSQL
+// destination"), through one async PgConnection on the loop.
+//
+// Values. Tables handed to it have `source_text` set: every value is the source's own text
+// output (DateStyle ISO, TimeZone UTC, IntervalStyle iso_8601, shortest exact floats, hex
+// bytea), which the destination's input functions read back into the same types. Nothing is
+// reformatted on the way, so no type needs a codec of pgtide's and no value can drift.
+//
+// Tables keep the source's schema and name (a `[[tables]] target` may name another, as
+// "schema.name" or "name"), its column types as format_type prints them, NOT NULL on the key
+// columns, the key as PRIMARY KEY, plus `_pgtide_lsn bigint NOT NULL`. The metadata tables live
+// in the schema `public`.
+//
+// Versions (DESIGN §5), set-based:
+//  * Snapshot rows are COPYed straight into the target table: an epoch starts by emptying its
+//    tables in the same transaction as its checkpoint, the readers read each key once per
+//    epoch, and no stream change is applied before the copy completes, so every key arrives
+//    into an empty slot and "replace iff C > v" never has a row to compare with.
+//  * Stream changes are reduced to the last change per key (an update with unchanged TOAST
+//    columns takes them from an earlier change of the same key in the batch), COPYed into a
+//    temporary staging table, and merged with one `INSERT … ON CONFLICT … DO UPDATE … WHERE
+//    _pgtide_lsn <= excluded._pgtide_lsn` and one `DELETE … USING staging WHERE _pgtide_lsn
+//    <= staged version`. An update whose TOAST columns stay unknown becomes an UPDATE of the
+//    known columns (none when the row is absent: the rules' skip). A truncate at L deletes the
+//    rows at or below L, at its place in the batch.
+//  * Tombstones are not recorded: stream changes never meet a copy that is still running (the
+//    applier's stream starts after the snapshot), which is the only case they exist for.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/pg_connection.hpp"
+#include "replicate/destination.hpp"
+
+namespace pgtide::replicate {
+
+class PostgresDestination final : public Destination {
+public:
+    /// Connects (the session settings of every pgtide connection, `application_name`) and
+    /// creates the metadata tables when missing. Suspends. Throws DestinationError naming the
+    /// server and database.
+    static io::Task<std::unique_ptr<PostgresDestination>> open(std::string url,
+                                                               std::string application_name);
+
+    std::string describe() const override { return "postgresql destination (" + target_ + ")"; }
+    io::Task<std::optional<Checkpoint>> load_checkpoint(std::string slot) override;
+    io::Task<void> insert_checkpoint(Checkpoint c) override;
+    io::Task<void> create_tables(std::vector<schema::Table> tables) override;
+    io::Task<void> follow_schema(std::shared_ptr<const schema::Table> table) override;
+    io::Task<void> copy_rows(std::shared_ptr<const schema::Table> table,
+                             std::vector<schema::Row> rows, schema::Lsn version) override;
+    io::Task<void> apply_changes(std::vector<Change> changes) override;
+    io::Task<void> reset_tables(std::string slot, std::vector<schema::Table> tables) override;
+    io::Task<void> clear_tombstones(std::vector<std::string> targets) override;
+    io::Task<bool> commit(std::vector<TableProgress> progress, Checkpoint expected,
+                          Checkpoint next) override;
+    io::Task<void> rollback() override;
+    io::Task<void> close() override;
+
+    /// The destination table of `table`, quoted: "schema"."name".
+    static std::string target_sql(const schema::Table& table);
+
+private:
+    /// The staging table of one target table, for one shape of its columns.
+    struct Staging {
+        std::string name; ///< quoted, in pg_temp
+        std::vector<std::string> columns;
+        bool used = false; ///< holds rows of an earlier batch of the open transaction
+    };
+
+    PostgresDestination(io::PgConnection conn, std::string target);
+
+    io::Task<io::PgResult> run(std::string sql, std::string what);
+    io::Task<io::PgResult> run_params(std::string sql,
+                                      std::vector<std::optional<std::string>> params,
+                                      std::string what);
+    [[noreturn]] void fail(const std::exception& e, const std::string& what) const;
+    io::Task<void> begin();
+    io::Task<void> end_copy();
+    io::Task<void> ensure_table(const schema::Table& table);
+    io::Task<void> merge(const std::vector<const Change*>& upserts,
+                         const std::vector<const Change*>& deletes);
+    io::Task<void> update_partial(const Change& change);
+    io::Task<void> truncate(const Change& change);
+    io::Task<void> send_copy(std::string& buffer, bool last);
+
+    io::PgConnection conn_;
+    std::string target_; ///< host, port, database and user: for messages
+    bool in_transaction_ = false;
+    std::string copying_;              ///< target table of the COPY left open; "" when none
+    std::vector<std::string> copy_columns_; ///< its column list
+    std::map<std::string, Staging> staging_; ///< by target table
+    int staging_count_ = 0;
+};
+
+} // namespace pgtide::replicate

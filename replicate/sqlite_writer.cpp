@@ -1,0 +1,150 @@
+// SqliteWriter: SqliteDestination calls shipped to the writer thread.
+#include "replicate/sqlite_writer.hpp"
+
+namespace pgtide::replicate {
+
+namespace {
+
+/// Opens a transaction unless one is open: the Destination contract opens one on first write.
+void ensure_open(SqliteDestination& db) {
+    if (!db.in_transaction()) {
+        db.begin();
+    }
+}
+
+} // namespace
+
+SqliteWriter::SqliteWriter(std::string path)
+    : path_(std::move(path)), writer_("sqlite-writer") {}
+
+SqliteWriter::~SqliteWriter() = default;
+
+io::Task<std::unique_ptr<SqliteWriter>> SqliteWriter::open(std::string path) {
+    std::unique_ptr<SqliteWriter> writer(new SqliteWriter(path));
+    auto job = [path]() { return std::make_unique<SqliteDestination>(path); };
+    writer->db_ = co_await writer->writer_.run(std::move(job));
+    co_return writer;
+}
+
+io::Task<std::optional<Checkpoint>> SqliteWriter::load_checkpoint(std::string slot) {
+    SqliteDestination* db = db_.get();
+    auto job = [db, slot]() { return db->load_checkpoint(slot); };
+    co_return co_await writer_.run(std::move(job));
+}
+
+io::Task<void> SqliteWriter::insert_checkpoint(Checkpoint c) {
+    SqliteDestination* db = db_.get();
+    auto job = [db, c]() {
+        db->begin();
+        db->insert_checkpoint(c);
+        db->commit();
+    };
+    co_await writer_.run(std::move(job));
+}
+
+io::Task<void> SqliteWriter::create_tables(std::vector<schema::Table> tables) {
+    SqliteDestination* db = db_.get();
+    auto job = [db, tables = std::move(tables)]() {
+        db->begin();
+        for (const auto& t : tables) {
+            db->ensure_table(t);
+        }
+        db->commit();
+    };
+    co_await writer_.run(std::move(job));
+}
+
+io::Task<void> SqliteWriter::follow_schema(std::shared_ptr<const schema::Table> table) {
+    // DDL is transactional in SQLite: the new column commits with the changes using it.
+    SqliteDestination* db = db_.get();
+    auto job = [db, table = std::move(table)]() {
+        ensure_open(*db);
+        db->ensure_table(*table);
+    };
+    co_await writer_.run(std::move(job));
+}
+
+io::Task<void> SqliteWriter::copy_rows(std::shared_ptr<const schema::Table> table,
+                                       std::vector<schema::Row> rows, schema::Lsn version) {
+    SqliteDestination* db = db_.get();
+    auto job = [db, table = std::move(table), rows = std::move(rows), version]() {
+        ensure_open(*db);
+        for (const auto& row : rows) {
+            db->copy_row(*table, row, version);
+        }
+    };
+    co_await writer_.run(std::move(job));
+}
+
+io::Task<void> SqliteWriter::apply_changes(std::vector<Change> changes) {
+    SqliteDestination* db = db_.get();
+    auto job = [db, changes = std::move(changes)]() {
+        ensure_open(*db);
+        for (const auto& c : changes) {
+            switch (c.kind) {
+            case Change::Kind::Upsert:
+                db->upsert(*c.table, c.values, c.version);
+                break;
+            case Change::Kind::Delete:
+                db->remove(*c.table, c.values, c.version, false);
+                break;
+            case Change::Kind::Truncate:
+                db->truncate(*c.table, c.version, false);
+                break;
+            }
+        }
+    };
+    co_await writer_.run(std::move(job));
+}
+
+io::Task<void> SqliteWriter::reset_tables(std::string slot, std::vector<schema::Table> tables) {
+    SqliteDestination* db = db_.get();
+    auto job = [db, slot, tables = std::move(tables)]() {
+        ensure_open(*db);
+        db->reset_tables(slot, tables);
+    };
+    co_await writer_.run(std::move(job));
+}
+
+io::Task<void> SqliteWriter::clear_tombstones(std::vector<std::string> targets) {
+    SqliteDestination* db = db_.get();
+    auto job = [db, targets = std::move(targets)]() {
+        ensure_open(*db);
+        for (const auto& t : targets) {
+            db->clear_tombstones(t);
+        }
+    };
+    co_await writer_.run(std::move(job));
+}
+
+io::Task<bool> SqliteWriter::commit(std::vector<TableProgress> progress, Checkpoint expected,
+                                    Checkpoint next) {
+    SqliteDestination* db = db_.get();
+    auto job = [db, progress = std::move(progress), expected, next]() {
+        ensure_open(*db);
+        for (const auto& p : progress) {
+            db->set_table_progress(next.slot_name, p);
+        }
+        if (!db->cas_checkpoint(expected, next)) {
+            db->rollback();
+            return false;
+        }
+        db->commit();
+        return true;
+    };
+    co_return co_await writer_.run(std::move(job));
+}
+
+io::Task<void> SqliteWriter::rollback() {
+    SqliteDestination* db = db_.get();
+    auto job = [db]() { db->rollback(); };
+    co_await writer_.run(std::move(job));
+}
+
+io::Task<void> SqliteWriter::close() {
+    std::unique_ptr<SqliteDestination>* db = &db_;
+    auto job = [db]() { db->reset(); };
+    co_await writer_.run(std::move(job));
+}
+
+} // namespace pgtide::replicate

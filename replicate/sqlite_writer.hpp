@@ -1,0 +1,44 @@
+// SqliteWriter: the SQLite destination as the applier sees it. Every SqliteDestination call runs
+// on the writer thread this object owns; the loop only awaits their completions.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "io/worker_thread.hpp"
+#include "replicate/destination.hpp"
+#include "replicate/sqlite_destination.hpp"
+
+namespace pgtide::replicate {
+
+class SqliteWriter final : public Destination {
+public:
+    /// Opens (creating if needed) the database at `path` on a new writer thread. Suspends.
+    /// Throws DestinationError naming the path.
+    static io::Task<std::unique_ptr<SqliteWriter>> open(std::string path);
+    ~SqliteWriter() override;
+
+    std::string describe() const override { return "sqlite:" + path_; }
+    io::Task<std::optional<Checkpoint>> load_checkpoint(std::string slot) override;
+    io::Task<void> insert_checkpoint(Checkpoint c) override;
+    io::Task<void> create_tables(std::vector<schema::Table> tables) override;
+    io::Task<void> follow_schema(std::shared_ptr<const schema::Table> table) override;
+    io::Task<void> copy_rows(std::shared_ptr<const schema::Table> table,
+                             std::vector<schema::Row> rows, schema::Lsn version) override;
+    io::Task<void> apply_changes(std::vector<Change> changes) override;
+    io::Task<void> reset_tables(std::string slot, std::vector<schema::Table> tables) override;
+    io::Task<void> clear_tombstones(std::vector<std::string> targets) override;
+    io::Task<bool> commit(std::vector<TableProgress> progress, Checkpoint expected,
+                          Checkpoint next) override;
+    io::Task<void> rollback() override;
+    io::Task<void> close() override;
+
+private:
+    explicit SqliteWriter(std::string path);
+
+    std::string path_;
+    io::WorkerThread writer_;
+    std::unique_ptr<SqliteDestination> db_; ///< used on writer_ only
+};
+
+} // namespace pgtide::replicate
