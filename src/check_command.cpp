@@ -494,7 +494,31 @@ io::Task<CheckReport> run_check(Config config) {
     const std::string path = config.destination.sqlite_path();
     const std::string slot = config.source.slot;
     DestinationFacts dest;
-    {
+    if (config.destination.is_postgresql()) {
+        // Reachable and readable; pgtide creates its tables (and needs CREATE there) itself.
+        std::exception_ptr error;
+        try {
+            DestinationView view = co_await load_destination(config, false);
+            dest.probe.ok = true;
+            dest.probe.file_exists = view.has_metadata;
+            dest.probe.message = "the postgresql destination " + destination_name(config) +
+                                 (view.has_metadata ? " answers and holds pgtide's tables"
+                                                    : " answers; pgtide will create its tables");
+            dest.checkpoint = view.checkpoint;
+        } catch (...) {
+            error = std::current_exception();
+        }
+        if (error) {
+            try {
+                std::rethrow_exception(error);
+            } catch (const std::exception& e) {
+                dest.probe.ok = false;
+                dest.probe.message = e.what();
+                dest.probe.fix = "check destination.url (host, port, database, user) and that "
+                                 "the database exists";
+            }
+        }
+    } else {
         io::WorkerThread worker("sqlite-check");
         auto job = [path, slot]() { return inspect_destination(path, slot); };
         dest = co_await worker.run(std::move(job));

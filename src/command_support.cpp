@@ -13,6 +13,11 @@
 #include <unistd.h>
 
 #include "io/log.hpp"
+#include "io/pg_connection.hpp"
+#include "io/worker_thread.hpp"
+#include "replicate/errors.hpp"
+#include "replicate/postgres_destination.hpp"
+#include "replicate/session.hpp"
 #include "schema/sql_quote.hpp"
 
 namespace pgtide::app {
@@ -185,6 +190,130 @@ DestinationView read_destination(const std::string& path, const std::string& slo
     }
     r.exec("COMMIT", "ending the read transaction");
     return view;
+}
+
+std::string destination_name(const Config& config) {
+    return config.destination.is_postgresql() ? redact_dsn(config.destination.url)
+                                              : "sqlite:" + config.destination.sqlite_path();
+}
+
+namespace {
+
+io::Task<DestinationView> read_postgres_destination(std::string url, std::string name,
+                                                    std::string slot, bool count_rows) {
+    DestinationView view;
+    view.path = name;
+    std::optional<io::PgConnection> conn;
+    try {
+        conn = co_await io::PgConnection::connect(url, replicate::sql_connection_params(),
+                                                  std::chrono::seconds(10));
+    } catch (const io::PgError& e) {
+        throw replicate::DefiniteError(replicate::ExitCode::Usage,
+                                       "cannot connect to the destination " + name + ": " +
+                                           e.what() + "; check destination.url");
+    }
+    view.file_exists = true;
+    const auto fail = [&name](const std::string& what, const std::string& detail) {
+        return std::runtime_error("postgresql destination " + name + ": " + what + ": " + detail);
+    };
+    co_await conn->exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+    io::PgResult meta =
+        co_await conn->exec("SELECT to_regclass('public._pgtide_checkpoint') IS NOT NULL, "
+                            "to_regclass('public._pgtide_tables') IS NOT NULL");
+    view.has_metadata = meta.get(0, 0) == "t";
+    if (!view.has_metadata) {
+        co_return view;
+    }
+    std::vector<std::optional<std::string>> slot_param;
+    slot_param.emplace_back(slot);
+    io::PgResult cp = co_await conn->exec_params(
+        "SELECT slot_name, system_identifier, timeline, database, epoch, phase, consistent_lsn, "
+        "lsn, owner, lease_until, updated_at FROM public._pgtide_checkpoint WHERE slot_name = $1",
+        slot_param);
+    const std::string what = "reading the checkpoint of slot " + slot;
+    if (cp.rows() == 1) {
+        replicate::Checkpoint c;
+        try {
+            const auto num = [&cp](int col) { return std::stoll(std::string(cp.get(0, col))); };
+            c.slot_name = std::string(cp.get(0, 0));
+            c.system_identifier = std::string(cp.get(0, 1));
+            c.timeline = num(2);
+            c.database = std::string(cp.get(0, 3));
+            c.epoch = num(4);
+            const auto phase = replicate::parse_phase(cp.get(0, 5));
+            if (!phase) {
+                throw std::invalid_argument("unknown phase '" + std::string(cp.get(0, 5)) + "'");
+            }
+            c.phase = *phase;
+            c.consistent_lsn = schema::Lsn(std::uint64_t(num(6)));
+            c.lsn = schema::Lsn(std::uint64_t(num(7)));
+            c.owner = std::string(cp.get(0, 8));
+            c.lease_until_unix_ms = num(9);
+            c.updated_at_unix_ms = num(10);
+        } catch (const std::exception& e) {
+            throw fail(what, e.what());
+        }
+        view.checkpoint = std::move(c);
+    }
+    if (meta.get(0, 1) == "t") {
+        io::PgResult tables = co_await conn->exec_params(
+            "SELECT source_table, target_table, state, epoch, copy_lsn, rows_copied "
+            "FROM public._pgtide_tables WHERE slot_name = $1 ORDER BY source_table",
+            slot_param);
+        for (int r = 0; r < tables.rows(); ++r) {
+            DestinationTable t;
+            t.progress.source_table = std::string(tables.get(r, 0));
+            t.progress.target_table = std::string(tables.get(r, 1));
+            const auto state = replicate::parse_table_state(tables.get(r, 2));
+            if (!state) {
+                throw fail("reading the table states of slot " + slot,
+                           "table " + t.progress.source_table + " has state '" +
+                               std::string(tables.get(r, 2)) + "'");
+            }
+            t.progress.state = *state;
+            t.progress.epoch = std::stoll(std::string(tables.get(r, 3)));
+            t.progress.copy_lsn = schema::Lsn(std::uint64_t(std::stoll(std::string(tables.get(r, 4)))));
+            t.progress.rows_copied = std::stoll(std::string(tables.get(r, 5)));
+            view.tables.push_back(std::move(t));
+        }
+    }
+    if (count_rows) {
+        for (auto& t : view.tables) {
+            schema::Table probe;
+            const auto dot = t.progress.source_table.find('.');
+            probe.schema = t.progress.source_table.substr(0, dot);
+            probe.name = dot == std::string::npos ? t.progress.source_table
+                                                  : t.progress.source_table.substr(dot + 1);
+            probe.target = t.progress.target_table;
+            const std::string target = replicate::PostgresDestination::target_sql(probe);
+            std::vector<std::optional<std::string>> target_param;
+            target_param.emplace_back(target);
+            io::PgResult exists =
+                co_await conn->exec_params("SELECT to_regclass($1) IS NOT NULL", target_param);
+            if (exists.get(0, 0) != "t") {
+                continue;
+            }
+            io::PgResult n = co_await conn->exec("SELECT count(*) FROM " + target);
+            t.rows = std::stoll(std::string(n.get(0, 0)));
+        }
+    }
+    co_await conn->exec("COMMIT");
+    co_return view;
+}
+
+} // namespace
+
+io::Task<DestinationView> load_destination(Config config, bool count_rows) {
+    if (config.destination.is_postgresql()) {
+        co_return co_await read_postgres_destination(config.destination.url,
+                                                     destination_name(config), config.source.slot,
+                                                     count_rows);
+    }
+    io::WorkerThread reader("sqlite-reader");
+    const std::string path = config.destination.sqlite_path();
+    const std::string slot = config.source.slot;
+    auto read_job = [path, slot, count_rows]() { return read_destination(path, slot, count_rows); };
+    co_return co_await reader.run(std::move(read_job));
 }
 
 DestinationProbe probe_destination(const std::string& path) {

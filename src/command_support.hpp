@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "io/task.hpp"
 #include "replicate/checkpoint.hpp"
 #include "replicate/source_catalog.hpp"
 #include "src/config.hpp"
@@ -35,6 +36,15 @@ struct DestinationView {
 /// io::WorkerThread. Throws std::runtime_error naming the path and SQLite's message when the
 /// file exists but cannot be read.
 DestinationView read_destination(const std::string& path, const std::string& slot, bool count_rows);
+
+/// "sqlite:PATH", or the PostgreSQL destination URL with its password hidden: for messages.
+std::string destination_name(const Config& config);
+
+/// read_destination for either kind of destination: SQLite on a worker thread, PostgreSQL
+/// through an async connection (in one REPEATABLE READ, READ ONLY transaction; `file_exists`
+/// then means the database answered). Suspends. Throws DefiniteError(Usage) when a PostgreSQL
+/// destination cannot be reached, naming it.
+io::Task<DestinationView> load_destination(Config config, bool count_rows);
 
 /// Whether pgtide could open and write the SQLite destination at `path`.
 struct DestinationProbe {

@@ -29,8 +29,15 @@ namespace {
 using replicate::DefiniteError;
 using replicate::ExitCode;
 
-std::string kept_line(const std::string& path, const DestinationView& view) {
-    std::string s = "kept: sqlite:" + path + " with its tables and metadata";
+std::string start_over(const Config& config) {
+    return config.destination.is_postgresql()
+               ? "drop the destination tables and _pgtide_checkpoint to start over"
+               : "delete " + config.destination.sqlite_path() +
+                     " (and its -wal, -shm files) to start over";
+}
+
+std::string kept_line(const std::string& name, const DestinationView& view) {
+    std::string s = "kept: " + name + " with its tables and metadata";
     if (view.checkpoint) {
         s += " (checkpoint " + view.checkpoint->lsn.str() + ", epoch " +
              std::to_string(view.checkpoint->epoch) + ")";
@@ -41,17 +48,12 @@ std::string kept_line(const std::string& path, const DestinationView& view) {
 } // namespace
 
 io::Task<DropReport> run_drop(Config config) {
-    const std::string path = config.destination.sqlite_path();
+    const std::string name = destination_name(config);
     const std::string slot = config.source.slot;
-    DestinationView view;
-    {
-        io::WorkerThread reader("sqlite-drop");
-        auto read_job = [path, slot]() { return read_destination(path, slot, false); };
-        view = co_await reader.run(std::move(read_job));
-    }
+    DestinationView view = co_await load_destination(config, false);
     if (!view.file_exists) {
-        throw DefiniteError(ExitCode::Usage, "the destination sqlite:" + path +
-                                                 " does not exist; check destination.url");
+        throw DefiniteError(ExitCode::Usage,
+                            "the destination " + name + " does not exist; check destination.url");
     }
 
     io::PgConnection conn = co_await io::PgConnection::connect(
@@ -67,20 +69,20 @@ io::Task<DropReport> run_drop(Config config) {
         if (info) {
             throw DefiniteError(
                 ExitCode::Fenced,
-                "sqlite:" + path + " has no checkpoint for slot " + slot +
+                name + " has no checkpoint for slot " + slot +
                     ", so it cannot prove that replication slot " + slot +
                     " on the source is its own; nothing was dropped. If you are sure no one "
                     "needs it: SELECT pg_drop_replication_slot('" +
                     slot + "')");
         }
-        report.text = "nothing to drop: sqlite:" + path + " has no checkpoint for slot " + slot +
-                      " and the source has no slot of that name\n" + kept_line(path, view);
+        report.text = "nothing to drop: " + name + " has no checkpoint for slot " + slot +
+                      " and the source has no slot of that name\n" + kept_line(name, view);
         co_return report;
     }
     const replicate::Checkpoint& cp = *view.checkpoint;
     if (cp.system_identifier != system || cp.database != database) {
         throw DefiniteError(ExitCode::Fenced,
-                            "sqlite:" + path + " was filled from system " + cp.system_identifier +
+                            name + " was filled from system " + cp.system_identifier +
                                 ", database " + cp.database + ", but the source is system " +
                                 system + ", database " + database +
                                 "; refusing to drop replication slot " + slot +
@@ -90,10 +92,9 @@ io::Task<DropReport> run_drop(Config config) {
     if (!info) {
         report.text = "nothing to drop: replication slot " + slot +
                       " does not exist on the source (system " + system + ", database " + database +
-                      ")\n" + kept_line(path, view) +
+                      ")\n" + kept_line(name, view) +
                       "next: `pgtide run --resnapshot` copies everything again into a new slot "
-                      "and epoch; or delete " +
-                      path + " to start over\n";
+                      "and epoch; or " + start_over(config) + "\n";
         co_return report;
     }
     // A fresh lease whose owner has no session on the source is stale (a killed process): its
@@ -106,7 +107,7 @@ io::Task<DropReport> run_drop(Config config) {
         owner_sessions = std::stoll(std::string(r.get(0, 0)));
     }
     if (cp.lease_until_unix_ms > unix_ms_now() && owner_sessions > 0) {
-        throw DefiniteError(ExitCode::Fenced, "a pgtide process holds sqlite:" + path +
+        throw DefiniteError(ExitCode::Fenced, "a pgtide process holds " + name +
                                                   " (lease until " +
                                                   format_unix_ms(cp.lease_until_unix_ms) +
                                                   "); stop it first, then drop the slot");
@@ -135,7 +136,7 @@ io::Task<DropReport> run_drop(Config config) {
             ExitCode::Fenced,
             "replication slot " + slot + " has confirmed " +
                 (info->confirmed_flush ? info->confirmed_flush->str() : std::string("nothing")) +
-                " but sqlite:" + path + " is at " + cp.lsn.str() + " in phase " +
+                " but " + name + " is at " + cp.lsn.str() + " in phase " +
                 replicate::to_string(cp.phase) +
                 ": another consumer uses this slot, so it is not this destination's to drop; "
                 "nothing was dropped");
@@ -158,10 +159,10 @@ io::Task<DropReport> run_drop(Config config) {
                   (info->restart_lsn ? info->restart_lsn->str() : std::string("nowhere")) +
                   (info->retained_bytes ? ", " + std::to_string(*info->retained_bytes) + " bytes"
                                         : std::string()) +
-                  ")\n" + kept_line(path, view) +
+                  ")\n" + kept_line(name, view) +
                   "next: the destination no longer follows the source. `pgtide run --resnapshot` "
-                  "copies everything again into a new slot and epoch; or delete " +
-                  path + " (and its -wal, -shm files) to start over\n";
+                  "copies everything again into a new slot and epoch; or " +
+                  start_over(config) + "\n";
     co_return report;
 }
 

@@ -163,12 +163,6 @@ int main(int argc, char** argv) {
         case app::Command::Run:
             return run(cl, config);
         case app::Command::Check: {
-            if (!config.destination.is_sqlite()) {
-                io::log_error("check, status and drop read sqlite: destinations only so far; "
-                              "for a postgresql destination, query its _pgtide_checkpoint and "
-                              "_pgtide_tables tables");
-                return int(ExitCode::Usage);
-            }
             io::EventLoop loop;
             const app::CheckReport report = io::sync_wait(loop, app::run_check(config));
             std::fputs(app::format_check(report, cl.json).c_str(), stdout);
@@ -176,12 +170,6 @@ int main(int argc, char** argv) {
             return app::check_exit_code(report);
         }
         case app::Command::Status: {
-            if (!config.destination.is_sqlite()) {
-                io::log_error("check, status and drop read sqlite: destinations only so far; "
-                              "for a postgresql destination, query its _pgtide_checkpoint and "
-                              "_pgtide_tables tables");
-                return int(ExitCode::Usage);
-            }
             io::EventLoop loop;
             const app::StatusReport report = io::sync_wait(loop, app::run_status(config));
             std::fputs(app::format_status(report, cl.json).c_str(), stdout);
@@ -189,12 +177,6 @@ int main(int argc, char** argv) {
             return app::status_exit_code(report);
         }
         case app::Command::Drop: {
-            if (!config.destination.is_sqlite()) {
-                io::log_error("check, status and drop read sqlite: destinations only so far; "
-                              "for a postgresql destination, query its _pgtide_checkpoint and "
-                              "_pgtide_tables tables");
-                return int(ExitCode::Usage);
-            }
             io::EventLoop loop;
             const app::DropReport report = io::sync_wait(loop, app::run_drop(config));
             std::fputs(report.text.c_str(), stdout);

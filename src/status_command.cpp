@@ -41,15 +41,9 @@ io::Task<StatusReport> run_status(Config config) {
     StatusReport report;
     report.slot = config.source.slot;
     report.destination_url = config.destination.url;
-    {
-        io::WorkerThread reader("sqlite-status");
-        const std::string path = config.destination.sqlite_path();
-        const std::string slot = config.source.slot;
-        auto read_job = [path, slot]() { return read_destination(path, slot, true); };
-        report.destination = co_await reader.run(std::move(read_job));
-    }
+    report.destination = co_await load_destination(config, true);
     if (!report.destination.file_exists) {
-        throw DefiniteError(ExitCode::Usage, "the destination sqlite:" + report.destination.path +
+        throw DefiniteError(ExitCode::Usage, "the destination " + destination_name(config) +
                                                  " does not exist; check destination.url, or "
                                                  "run `pgtide run` to create it");
     }

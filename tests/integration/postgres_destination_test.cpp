@@ -4,6 +4,7 @@
 #include <csignal>
 #include <memory>
 #include <thread>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -363,6 +364,42 @@ TEST_F(PostgresDestination, DestinationRestartMidStreamLosesNothing) {
     for (std::size_t i = 0; i < source.size(); ++i) {
         ASSERT_EQ(source[i], dest[i]) << "row " << i;
     }
+}
+
+// check, status and drop read a PostgreSQL destination as they read a SQLite file.
+TEST_F(PostgresDestination, CheckStatusAndDropWork) {
+    PGTIDE_REQUIRE_PG();
+    exec(kCreateSource);
+    exec(insert_items(1, 1234));
+    run_once_pg();
+    const auto command = [&](const std::string& name, std::vector<std::string> extra) {
+        std::vector<std::string> a = pg_args(false);
+        a[0] = name;
+        a.insert(a.begin() + 1, extra.begin(), extra.end());
+        std::string out;
+        std::string err;
+        const int code = PgtideProcess::run(a, &out, &err);
+        return std::make_tuple(code, out, err);
+    };
+    const auto [check_code, check_out, check_err] = command("check", {});
+    EXPECT_EQ(check_code, 0) << check_out << check_err;
+    EXPECT_NE(check_out.find("holds pgtide's tables"), std::string::npos) << check_out;
+
+    const auto [status_code, status_out, status_err] = command("status", {"--json"});
+    ASSERT_EQ(status_code, 0) << status_out << status_err;
+    EXPECT_NE(status_out.find("\"public.items\""), std::string::npos) << status_out;
+    EXPECT_NE(status_out.find("\"rows\":1234"), std::string::npos) << status_out;
+    const std::string lsn = query_value(
+        "SELECT pg_lsn '0/0' + " +
+        pg().query_value(dest_db_, "SELECT lsn FROM _pgtide_checkpoint") + "::numeric");
+    EXPECT_NE(status_out.find("\"" + lsn + "\""), std::string::npos) << lsn << "\n" << status_out;
+
+    const auto [drop_code, drop_out, drop_err] = command("drop", {"--yes"});
+    EXPECT_EQ(drop_code, 0) << drop_out << drop_err;
+    EXPECT_EQ(query_value("SELECT count(*) FROM pg_replication_slots WHERE slot_name = '" +
+                          slot() + "'"),
+              "0");
+    EXPECT_NE(drop_out.find("kept: postgresql://"), std::string::npos) << drop_out;
 }
 
 TEST_F(PostgresDestination, RefusesAnIncompatibleExistingTable) {
