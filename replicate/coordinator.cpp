@@ -366,6 +366,10 @@ io::Task<RunSummary> Coordinator::run_phases() {
     for (const auto& t : tables) {
         plain_tables.push_back(*t);
     }
+    if (auto* postgres = dynamic_cast<PostgresDestination*>(dest.get())) {
+        std::vector<UserType> types = co_await catalog.user_types(catalog_conn, source_tables);
+        co_await postgres->create_types(std::move(types));
+    }
     co_await dest->create_tables(std::move(plain_tables));
 
     ApplierOptions applier_options;

@@ -422,6 +422,36 @@ io::Task<void> PostgresDestination::create_tables(std::vector<schema::Table> tab
     co_await run("COMMIT", "committing the destination tables");
 }
 
+io::Task<void> PostgresDestination::create_types(std::vector<UserType> types) {
+    for (const auto& type : types) {
+        const std::string name = quote_identifier(type.schema) + "." + quote_identifier(type.name);
+        const std::string what = "preparing type " + name;
+        io::PgResult existing = co_await run_params(
+            std::string("SELECT ") + kUserTypeDefinitionSql +
+                " FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace "
+                "WHERE n.nspname = $1 AND t.typname = $2",
+            params(type.schema, type.name), what);
+        if (existing.rows() == 0) {
+            io::PgResult ns = co_await run_params("SELECT 1 FROM pg_namespace WHERE nspname = $1",
+                                                  params(type.schema), what);
+            if (ns.rows() == 0) {
+                co_await run("CREATE SCHEMA IF NOT EXISTS " + quote_identifier(type.schema), what);
+            }
+            co_await run(type.definition, "creating type " + name);
+            continue;
+        }
+        if (existing.get(0, 0) != type.definition) {
+            throw DestinationError(DestinationErrorKind::Schema, 0,
+                                   describe() + ": type " + name +
+                                       " differs between the source and the destination: the "
+                                       "source has `" +
+                                       type.definition + "`, the destination `" +
+                                       std::string(existing.get(0, 0)) +
+                                       "`; make the destination's type match (or drop it)");
+        }
+    }
+}
+
 io::Task<void> PostgresDestination::follow_schema(std::shared_ptr<const schema::Table> table) {
     co_await begin();
     co_await ensure_table(*table);

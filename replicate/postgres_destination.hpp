@@ -6,6 +6,9 @@
 // bytea), which the destination's input functions read back into the same types. Nothing is
 // reformatted on the way, so no type needs a codec of pgtide's and no value can drift.
 //
+// Enum, domain and composite types the columns use are created first when missing (from their
+// source definitions, dependencies first); one that exists with another definition stops it.
+//
 // Tables keep the source's schema and name (a `[[tables]] target` may name another, as
 // "schema.name" or "name"), its column types as format_type prints them, NOT NULL on the key
 // columns, the key as PRIMARY KEY, plus `_pgtide_lsn bigint NOT NULL`. The metadata tables live
@@ -34,6 +37,7 @@
 
 #include "io/pg_connection.hpp"
 #include "replicate/destination.hpp"
+#include "replicate/source_catalog.hpp"
 
 namespace pgtide::replicate {
 
@@ -59,6 +63,11 @@ public:
                           Checkpoint next) override;
     io::Task<void> rollback() override;
     io::Task<void> close() override;
+
+    /// Creates each of `types` (in order: dependencies first) that the destination lacks, and
+    /// refuses (DestinationError, kind Schema) one that exists with another definition.
+    /// No transaction may be open. Suspends.
+    io::Task<void> create_types(std::vector<UserType> types);
 
     /// The destination table of `table`, quoted: "schema"."name".
     static std::string target_sql(const schema::Table& table);

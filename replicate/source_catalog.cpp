@@ -6,6 +6,7 @@
 
 #include "replicate/errors.hpp"
 #include "schema/codec.hpp"
+#include "schema/sql_quote.hpp"
 
 namespace pgtide::replicate {
 
@@ -272,6 +273,70 @@ schema::TypeRef SourceCatalog::resolve_cached(std::uint32_t oid) const {
         ref.element_oid = resolve_cached(it->second.elem).oid;
     }
     return ref;
+}
+
+const char* const kUserTypeDefinitionSql = R"sql(
+CASE t.typtype
+WHEN 'e' THEN format('CREATE TYPE %I.%I AS ENUM (%s)', n.nspname, t.typname,
+    (SELECT string_agg(quote_literal(e.enumlabel), ', ' ORDER BY e.enumsortorder)
+     FROM pg_enum e WHERE e.enumtypid = t.oid))
+WHEN 'd' THEN format('CREATE DOMAIN %I.%I AS %s', n.nspname, t.typname,
+        format_type(t.typbasetype, t.typtypmod))
+    || CASE WHEN t.typnotnull THEN ' NOT NULL' ELSE '' END
+    || coalesce(' DEFAULT ' || t.typdefault, '')
+    || coalesce((SELECT string_agg(' CONSTRAINT ' || quote_ident(c.conname) || ' '
+                                   || pg_get_constraintdef(c.oid), '' ORDER BY c.conname)
+                 FROM pg_constraint c WHERE c.contypid = t.oid), '')
+WHEN 'c' THEN format('CREATE TYPE %I.%I AS (%s)', n.nspname, t.typname,
+    (SELECT string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod)), ', '
+                       ORDER BY a.attnum)
+     FROM pg_attribute a WHERE a.attrelid = t.typrelid AND a.attnum > 0 AND NOT a.attisdropped))
+END)sql";
+
+io::Task<std::vector<UserType>> SourceCatalog::user_types(io::PgConnection& conn,
+                                                          std::vector<SourceTable> tables) {
+    std::vector<std::string> names;
+    for (const auto& st : tables) {
+        names.push_back(schema::quote_identifier(st.table.schema) + "." +
+                        schema::quote_identifier(st.table.name));
+    }
+    // Every type reachable from the columns, through array elements, domain bases and
+    // composite attributes; the deepest dependency first.
+    io::PgResult r = co_await conn.exec_params(
+        std::string(R"sql(
+WITH RECURSIVE used(oid, depth) AS (
+    SELECT CASE WHEN t.typcategory = 'A' AND t.typelem <> 0 THEN t.typelem ELSE t.oid END, 0
+    FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+    WHERE a.attrelid = ANY ($1::regclass[]) AND a.attnum > 0 AND NOT a.attisdropped
+  UNION ALL
+    SELECT CASE WHEN d.typcategory = 'A' AND d.typelem <> 0 THEN d.typelem ELSE d.oid END,
+           u.depth + 1
+    FROM used u
+    JOIN pg_type t ON t.oid = u.oid
+    JOIN LATERAL (SELECT t.typbasetype AS dep WHERE t.typtype = 'd'
+                  UNION ALL
+                  SELECT ca.atttypid FROM pg_attribute ca
+                  WHERE t.typtype = 'c' AND ca.attrelid = t.typrelid AND ca.attnum > 0
+                    AND NOT ca.attisdropped) x ON true
+    JOIN pg_type d ON d.oid = x.dep
+    WHERE u.depth < 16
+)
+SELECT n.nspname, t.typname, )sql") +
+            kUserTypeDefinitionSql + R"sql(
+FROM (SELECT oid, max(depth) AS depth FROM used GROUP BY oid) u
+JOIN pg_type t ON t.oid = u.oid
+JOIN pg_namespace n ON n.oid = t.typnamespace
+LEFT JOIN pg_class r ON r.oid = t.typrelid
+WHERE t.typtype IN ('e', 'd', 'c') AND (t.typtype <> 'c' OR r.relkind = 'c')
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+ORDER BY u.depth DESC, n.nspname, t.typname)sql",
+        params(text_array_literal(names)));
+    std::vector<UserType> out;
+    for (int i = 0; i < r.rows(); ++i) {
+        out.push_back(UserType{std::string(r.get(i, 0)), std::string(r.get(i, 1)),
+                               std::string(r.get(i, 2))});
+    }
+    co_return out;
 }
 
 io::Task<std::string> SourceCatalog::format_type(io::PgConnection& conn, std::uint32_t type_oid,

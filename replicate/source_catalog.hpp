@@ -38,6 +38,19 @@ struct SourceTable {
     std::string row_filter;
 };
 
+/// An enum, domain or composite type that published columns use (directly, as an array
+/// element, or through another such type), as SQL that creates it.
+struct UserType {
+    std::string schema;
+    std::string name;
+    std::string definition; ///< CREATE TYPE … / CREATE DOMAIN …, as the type's catalog says
+};
+
+/// The definition text user_types() gives a type, computed by the server from its catalog, as a
+/// SQL expression over `t` (pg_type) and `n` (pg_namespace): the same text on the source and on
+/// a PostgreSQL destination tells that their types agree.
+extern const char* const kUserTypeDefinitionSql;
+
 /// Reads publications, columns, types and keys through an ordinary SQL connection.
 class SourceCatalog {
 public:
@@ -51,6 +64,11 @@ public:
     /// Resolves type OIDs to the TypeRef the codecs need (domains to their base type, arrays to
     /// their element). Caches. Suspends only for OIDs it has not seen.
     io::Task<schema::TypeRef> resolve(io::PgConnection& conn, std::uint32_t type_oid);
+
+    /// The enum, domain and composite types the columns of `tables` need, each after the types
+    /// it depends on. Suspends.
+    io::Task<std::vector<UserType>> user_types(io::PgConnection& conn,
+                                               std::vector<SourceTable> tables);
 
     /// format_type(type_oid, typmod) on the source: the column type a PostgreSQL destination
     /// declares. Caches. Suspends only for pairs it has not seen.

@@ -402,6 +402,49 @@ TEST_F(PostgresDestination, CheckStatusAndDropWork) {
     EXPECT_NE(drop_out.find("kept: postgresql://"), std::string::npos) << drop_out;
 }
 
+// Enum, domain and composite types (nested, in arrays, in another schema) are created in the
+// destination from their source definitions; values round-trip through them.
+TEST_F(PostgresDestination, CreatesTheUserTypesTheColumnsUse) {
+    PGTIDE_REQUIRE_PG();
+    exec("CREATE SCHEMA kinds;"
+         "CREATE TYPE kinds.mood AS ENUM ('sad', 'ok', 'happy', 'it''s');"
+         "CREATE DOMAIN kinds.percent AS numeric(5,2) NOT NULL CHECK (VALUE BETWEEN 0 AND 100);"
+         "CREATE TYPE pair AS (label text, share kinds.percent, feeling kinds.mood);"
+         "CREATE TABLE typed (id int PRIMARY KEY, m kinds.mood, ms kinds.mood[], p kinds.percent,"
+         "                    pr pair, prs pair[]);"
+         "CREATE PUBLICATION pub FOR TABLE typed;"
+         "INSERT INTO typed SELECT g, (ARRAY['sad','ok','happy','it''s'])[1 + g % 4]::kinds.mood,"
+         "  ARRAY['ok', 'it''s']::kinds.mood[], (g % 100)::numeric / 3,"
+         "  ROW('l ' || g, 12.5, 'happy')::pair, ARRAY[ROW('x', 1, 'sad')::pair, NULL]"
+         "  FROM generate_series(1, 200) g");
+    run_once_pg();
+    const std::string sql = "SELECT id, m, ms, p, pr, prs FROM typed ORDER BY id";
+    expect_same(sql);
+    exec("UPDATE typed SET m = 'happy', pr = ROW('changed', 99.99, 'it''s') WHERE id % 3 = 0");
+    exec("INSERT INTO typed VALUES (1000, NULL, '{}', 0, NULL, NULL)");
+    run_once_pg();
+    expect_same(sql);
+    EXPECT_EQ(pg().query_value(dest_db_, "SELECT typtype::text FROM pg_type WHERE typname = "
+                                         "'percent'"),
+              "d");
+}
+
+TEST_F(PostgresDestination, RefusesATypeThatDiffers) {
+    PGTIDE_REQUIRE_PG();
+    exec("CREATE TYPE mood AS ENUM ('sad', 'happy');"
+         "CREATE TABLE t (id int PRIMARY KEY, m mood); CREATE PUBLICATION pub FOR TABLE t");
+    pg().exec(dest_db_, "CREATE TYPE mood AS ENUM ('happy', 'sad')");
+    std::string out;
+    std::string err;
+    const int code = PgtideProcess::run(pg_args(true), &out, &err);
+    EXPECT_NE(code, 0);
+    EXPECT_NE(err.find("type \"public\".\"mood\" differs between the source and the "
+                       "destination"),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find("ENUM ('sad', 'happy')"), std::string::npos) << err;
+}
+
 TEST_F(PostgresDestination, RefusesAnIncompatibleExistingTable) {
     PGTIDE_REQUIRE_PG();
     exec("CREATE TABLE t (id bigint PRIMARY KEY, v text); CREATE PUBLICATION pub FOR TABLE t");
