@@ -21,6 +21,10 @@ struct Change {
     std::shared_ptr<const schema::Table> table;
     schema::Row values;  ///< Upsert: every column (UnchangedToast allowed); Delete: key columns
     schema::Lsn version; ///< commit LSN of the source transaction
+    /// An Upsert whose key changed while some columns are UnchangedToast: the old key, whose
+    /// destination row holds those columns' values (the delete of the old key follows). Empty
+    /// otherwise.
+    schema::Row moved_from = {};
 };
 
 /// Rows of one table read under the snapshot, at the snapshot's consistent LSN.

@@ -445,6 +445,7 @@ io::Task<RunSummary> Coordinator::run_phases() {
                 snapshot_options.batch_rows = options_.batch_rows;
                 snapshot_options.batch_bytes = options_.batch_bytes;
                 snapshot_options.max_row_bytes = options_.max_row_bytes;
+                snapshot_options.split_rows = options_.split_rows;
                 snapshot_options.application_name = application_name;
                 snapshot_options.stop_requested = &stop_requested_;
                 SnapshotCopier copier(options_.source_dsn, created.snapshot_name, source_tables,

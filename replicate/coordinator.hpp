@@ -43,6 +43,7 @@ struct RunOptions {
     std::uint64_t batch_bytes = 4u << 20;
     std::uint64_t max_row_bytes = 64u << 20;
     int max_attempts = 3;
+    std::int64_t split_rows = 1000000; ///< a table estimated larger is copied as key ranges
     // [stream], [apply]
     std::chrono::milliseconds status_interval{10000};
     bool stream_binary = false;

@@ -180,6 +180,13 @@ template <class... S> std::vector<std::optional<std::string>> params(S&&... s) {
     return out;
 }
 
+bool has_unchanged(const schema::Row& row);
+
+/// An upsert to a new key that must read the old key's row for its unchanged TOAST columns.
+bool is_move(const Change& c) {
+    return c.kind == Change::Kind::Upsert && !c.moved_from.empty() && has_unchanged(c.values);
+}
+
 bool has_unchanged(const schema::Row& row) {
     for (const auto& v : row) {
         if (std::holds_alternative<schema::UnchangedToast>(v)) {
@@ -622,7 +629,7 @@ io::Task<void> PostgresDestination::apply_changes(std::vector<Change> changes) {
         groups.clear();
         for (; i < changes.size(); ++i) {
             Change& c = changes[i];
-            if (c.kind == Change::Kind::Truncate) {
+            if (c.kind == Change::Kind::Truncate || is_move(c)) {
                 break;
             }
             Group* g = nullptr;
@@ -683,6 +690,10 @@ io::Task<void> PostgresDestination::apply_changes(std::vector<Change> changes) {
         }
         if (i < changes.size() && changes[i].kind == Change::Kind::Truncate) {
             co_await truncate(changes[i]);
+            ++i;
+        } else if (i < changes.size() && is_move(changes[i])) {
+            // Reads the old key's row: everything before it is applied first.
+            co_await move_row(changes[i]);
             ++i;
         }
     }
@@ -811,6 +822,49 @@ io::Task<void> PostgresDestination::update_partial(const Change& change) {
     }
     co_await run_params(std::move(sql), std::move(values),
                         "updating a row of " + target + " (unchanged TOAST columns kept)");
+}
+
+io::Task<void> PostgresDestination::move_row(const Change& change) {
+    const schema::Table& table = *change.table;
+    const std::string target = target_sql(table);
+    std::vector<std::optional<std::string>> values;
+    std::string list;
+    std::string select;
+    std::string set;
+    for (std::size_t c = 0; c < table.columns.size(); ++c) {
+        const std::string col = quote_identifier(table.columns[c].name);
+        list += col + ", ";
+        const auto& v = change.values.at(c);
+        if (std::holds_alternative<schema::UnchangedToast>(v)) {
+            select += "o." + col + ", ";
+        } else {
+            values.push_back(param_of(v));
+            select += "$" + std::to_string(values.size()) + "::" + type_of(table, c) + ", ";
+        }
+        if (!table.columns[c].key) {
+            set += col + " = excluded." + col + ", ";
+        }
+    }
+    values.push_back(lsn_text(change.version));
+    const std::string version = "$" + std::to_string(values.size()) + "::bigint";
+    std::vector<std::string> keys;
+    std::string where;
+    for (std::size_t k = 0; k < table.key_columns.size(); ++k) {
+        const std::size_t c = table.key_columns[k];
+        keys.push_back(table.columns[c].name);
+        values.push_back(param_of(change.moved_from.at(k)));
+        where += std::string(where.empty() ? " WHERE " : " AND ") + "o." +
+                 quote_identifier(table.columns[c].name) + " = $" +
+                 std::to_string(values.size());
+    }
+    std::string sql = "INSERT INTO " + target + " AS d (" + list + kLsnColumn + ") SELECT " +
+                      select + version + " FROM " + target + " AS o" + where +
+                      " ON CONFLICT (" + join_quoted(keys) + ") DO UPDATE SET " + set +
+                      kLsnColumn + " = excluded." + kLsnColumn + " WHERE d." + kLsnColumn +
+                      " <= excluded." + kLsnColumn;
+    co_await run_params(std::move(sql), std::move(values),
+                        "moving a row of " + target + " to a new key (unchanged TOAST columns "
+                        "kept)");
 }
 
 io::Task<void> PostgresDestination::truncate(const Change& change) {

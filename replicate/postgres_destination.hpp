@@ -25,7 +25,9 @@
 //    _pgtide_lsn <= excluded._pgtide_lsn` and one `DELETE … USING staging WHERE _pgtide_lsn
 //    <= staged version`. An update whose TOAST columns stay unknown becomes an UPDATE of the
 //    known columns (none when the row is absent: the rules' skip). A truncate at L deletes the
-//    rows at or below L, at its place in the batch.
+//    rows at or below L, at its place in the batch. An update that changed the key and left
+//    TOAST columns unchanged becomes an INSERT … SELECT from the old key's row, after what came
+//    before it in the batch.
 //  * Tombstones are not recorded: stream changes never meet a copy that is still running (the
 //    applier's stream starts after the snapshot), which is the only case they exist for.
 #pragma once
@@ -94,6 +96,7 @@ private:
                          const std::vector<const Change*>& deletes);
     io::Task<void> update_partial(const Change& change);
     io::Task<void> truncate(const Change& change);
+    io::Task<void> move_row(const Change& change);
     io::Task<void> send_copy(std::string& buffer, bool last);
 
     io::PgConnection conn_;

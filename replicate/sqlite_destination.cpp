@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <utility>
 #include <variant>
@@ -84,6 +85,37 @@ DestinationErrorKind kind_of(int code) {
         return DestinationErrorKind::Constraint;
     default:
         return DestinationErrorKind::Other;
+    }
+}
+
+// What the user can do about a failure, by SQLite result code; "" when there is nothing to say.
+// The destination transaction that failed is rolled back and the checkpoint stays where it was,
+// so the next run resumes from it.
+std::string hint(int code) {
+    switch (code & 0xff) {
+    case SQLITE_FULL:
+        return "; the file system holding it is full (or a quota or file size limit was "
+               "reached): free space, then run pgtide again, which resumes from the last "
+               "checkpoint";
+    case SQLITE_READONLY:
+        if (code == SQLITE_READONLY_DIRECTORY) {
+            return "; its directory is not writable for this user, and SQLite must create the "
+                   "-wal and -shm files beside the database: make the directory writable";
+        }
+        return "; the file, its -wal and -shm files or their directory are not writable for "
+               "this user (or the mount is read-only): fix the permissions, then run pgtide "
+               "again";
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+        return "; another connection held a write lock on the database for longer than the "
+               "busy timeout (" +
+               std::to_string(kBusyTimeoutMs / 1000) +
+               " s): end that writer's transaction (readers never block pgtide), then run "
+               "pgtide again";
+    case SQLITE_CANTOPEN:
+        return "; check that its directory exists and that this user may create files there";
+    default:
+        return "";
     }
 }
 
@@ -202,6 +234,14 @@ SqliteDestination::SqliteDestination(std::string path) : path_(std::move(path)) 
     if (rc != SQLITE_OK) {
         fail(rc, "opening the database");
     }
+    // SQLite opens a write-protected file read-only without a word; the first write would fail
+    // much later, after the source was contacted. Say so now.
+    if (sqlite3_db_readonly(db_.get(), "main") == 1) {
+        throw DestinationError(DestinationErrorKind::ReadOnly, SQLITE_READONLY,
+                               "sqlite destination " + path_ +
+                                   ": opening the database: the file is read-only for this user" +
+                                   hint(SQLITE_READONLY));
+    }
     sqlite3_extended_result_codes(db_.get(), 1);
     sqlite3_busy_timeout(db_.get(), kBusyTimeoutMs);
 
@@ -239,7 +279,12 @@ void SqliteDestination::fail(int code, const std::string& what) const {
     const int reported = (extended & 0xff) == (code & 0xff) ? extended : code;
     std::string message = "sqlite destination " + path_ + ": " + what + ": ";
     message += db_ ? sqlite3_errmsg(db_.get()) : sqlite3_errstr(code);
+    const int system_errno = db_ ? sqlite3_system_errno(db_.get()) : 0;
+    if ((reported & 0xff) == SQLITE_IOERR && system_errno != 0) {
+        message += std::string(": ") + std::strerror(system_errno);
+    }
     message += " (sqlite code " + std::to_string(reported) + ")";
+    message += hint(reported);
     throw DestinationError(kind_of(reported), reported, message);
 }
 
@@ -678,6 +723,48 @@ void SqliteDestination::remove(const schema::Table& table, const schema::Row& ke
     if (record_tombstone) {
         raise_tombstone(table.target, encode_tombstone_key(key), version);
     }
+}
+
+std::optional<schema::Row> SqliteDestination::read_row(const schema::Table& table,
+                                                       const schema::Row& key) {
+    check_row(table, key, table.key_columns.size(), "key to read");
+    std::string columns;
+    for (const auto& c : table.columns) {
+        columns += (columns.empty() ? "" : ", ") + quote_identifier(c.name);
+    }
+    // Rare (a key change that left TOAST columns unchanged): prepared each time.
+    Statement stmt = prepare("SELECT " + columns + " FROM " + quote_identifier(table.target) +
+                                 " WHERE " + where_key(table, 1),
+                             "preparing to read a row of " + table.target);
+    for (std::size_t k = 0; k < key.size(); ++k) {
+        bind_value(stmt.get(), 1 + int(k), key[k]);
+    }
+    if (step(stmt.get(), "reading a row of", table.target) != SQLITE_ROW) {
+        return std::nullopt;
+    }
+    schema::Row row;
+    for (int i = 0; i < int(table.columns.size()); ++i) {
+        switch (sqlite3_column_type(stmt.get(), i)) {
+        case SQLITE_NULL:
+            row.emplace_back(schema::Null{});
+            break;
+        case SQLITE_INTEGER:
+            row.emplace_back(std::int64_t(sqlite3_column_int64(stmt.get(), i)));
+            break;
+        case SQLITE_FLOAT:
+            row.emplace_back(sqlite3_column_double(stmt.get(), i));
+            break;
+        case SQLITE_BLOB: {
+            const auto* data = static_cast<const char*>(sqlite3_column_blob(stmt.get(), i));
+            row.emplace_back(schema::Blob{
+                std::string(data != nullptr ? data : "", std::size_t(sqlite3_column_bytes(stmt.get(), i)))});
+            break;
+        }
+        default:
+            row.emplace_back(column_text(stmt.get(), i));
+        }
+    }
+    return row;
 }
 
 void SqliteDestination::truncate(const schema::Table& table, schema::Lsn version,

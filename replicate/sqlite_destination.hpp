@@ -90,6 +90,10 @@ public:
     void remove(const schema::Table& table, const schema::Row& key, schema::Lsn version,
                 bool record_tombstone);
 
+    /// The row of `key` (values in `table.key_columns` order), each column as stored (a REAL
+    /// column's NaN comes back as its TEXT 'NaN'), or nullopt when there is none.
+    std::optional<schema::Row> read_row(const schema::Table& table, const schema::Row& key);
+
     /// A truncate at L: deletes every row whose version is at or below L (a row at a newer
     /// version can only come from a copy that already reflects the truncate). With
     /// `record_tombstone`, a table-wide tombstone at L that gates copy_row and upsert as a

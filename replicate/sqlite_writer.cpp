@@ -83,6 +83,19 @@ io::Task<void> SqliteWriter::apply_changes(std::vector<Change> changes) {
         for (const auto& c : changes) {
             switch (c.kind) {
             case Change::Kind::Upsert:
+                if (!c.moved_from.empty()) {
+                    // The key changed: unchanged TOAST columns keep the old row's values.
+                    if (auto old = db->read_row(*c.table, c.moved_from)) {
+                        schema::Row filled = c.values;
+                        for (std::size_t i = 0; i < filled.size() && i < old->size(); ++i) {
+                            if (std::holds_alternative<schema::UnchangedToast>(filled[i])) {
+                                filled[i] = std::move((*old)[i]);
+                            }
+                        }
+                        db->upsert(*c.table, filled, c.version);
+                        break;
+                    }
+                }
                 db->upsert(*c.table, c.values, c.version);
                 break;
             case Change::Kind::Delete:

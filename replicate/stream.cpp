@@ -305,8 +305,22 @@ bool Stream::collect_change(const PgOutputMessage& msg) {
                 }
             }
             // The key may have changed: a delete of the old key, then an upsert of the new.
+            // Columns left UnchangedToast are nowhere in the WAL: the upsert takes them from the
+            // old key's row, so it goes first (changes of different keys may be reordered).
             schema::Row old_key = key_of(*table, old_row);
             if (old_key != key_of(*table, row)) {
+                bool unchanged = false;
+                for (const auto& v : row) {
+                    unchanged = unchanged || std::holds_alternative<schema::UnchangedToast>(v);
+                }
+                if (unchanged) {
+                    Change moved{Change::Kind::Upsert, table, std::move(row), version_};
+                    moved.moved_from = old_key;
+                    batch_.push_back(std::move(moved));
+                    batch_.push_back(
+                        Change{Change::Kind::Delete, table, std::move(old_key), version_});
+                    return true;
+                }
                 batch_.push_back(Change{Change::Kind::Delete, table, std::move(old_key), version_});
             }
         }

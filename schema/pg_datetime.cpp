@@ -2,7 +2,9 @@
 // EncodeInterval, AppendSeconds) with proleptic Gregorian arithmetic (year 0 = 1 BC).
 #include "schema/pg_datetime.hpp"
 
+#include <array>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "schema/decode_error.hpp"
@@ -29,7 +31,7 @@ struct Civil {
     int day;
 };
 
-std::int64_t floor_div(std::int64_t a, std::int64_t b) {
+constexpr std::int64_t floor_div(std::int64_t a, std::int64_t b) {
     const std::int64_t q = a / b;
     return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
@@ -47,7 +49,7 @@ Civil civil_from_days(std::int64_t z) {
     return Civil{yoe + era * 400 + (month <= 2 ? 1 : 0), month, day};
 }
 
-std::int64_t days_from_civil(std::int64_t y, int m, int d) {
+constexpr std::int64_t days_from_civil(std::int64_t y, int m, int d) {
     y -= m <= 2 ? 1 : 0;
     const std::int64_t era = floor_div(y, 400);
     const std::int64_t yoe = y - era * 400;
@@ -293,6 +295,87 @@ std::int32_t read_zone(TextCursor& c) {
     return std::int32_t(east ? -sec : sec);
 }
 
+// ---- the timestamp fast path ---------------------------------------------------------------
+// Nearly every timestamp a table holds lies in years 1..9999: four-digit years, no era suffix.
+// Those are written into a stack buffer with 32-bit calendar arithmetic and a digit-pair table,
+// then copied into the string once; the general path above handles everything else. Both give
+// the same text (tests/schema pins it).
+
+// µs since 2000-01-01 of 0001-01-01T00:00:00 and of 10000-01-01T00:00:00.
+constexpr std::int64_t kFastMinUsecs =
+    (days_from_civil(1, 1, 1) - kEpochDaysFrom1970) * kUsecsPerDay;
+constexpr std::int64_t kFastEndUsecs =
+    (days_from_civil(10000, 1, 1) - kEpochDaysFrom1970) * kUsecsPerDay;
+// Days from 0000-03-01 (the start of Hinnant's shifted year) to 0001-01-01.
+constexpr std::uint32_t kMarchZeroToYearOne = 306;
+
+constexpr std::array<char, 200> kDigitPairs = [] {
+    std::array<char, 200> pairs{};
+    for (int i = 0; i < 100; ++i) {
+        pairs[std::size_t(2 * i)] = char('0' + i / 10);
+        pairs[std::size_t(2 * i + 1)] = char('0' + i % 10);
+    }
+    return pairs;
+}();
+
+// Two digits of v < 100.
+char* put_two(char* p, std::uint32_t v) {
+    std::memcpy(p, &kDigitPairs[2 * v], 2);
+    return p + 2;
+}
+
+// `YYYY-MM-DDTHH:MM:SS[.ffffff][Z]` for kFastMinUsecs <= usecs < kFastEndUsecs; returns the
+// end of the text written to `out` (at least 28 bytes).
+char* put_timestamp_ad(char* out, std::int64_t usecs, bool with_zone) {
+    const auto since = std::uint64_t(usecs - kFastMinUsecs);
+    const auto days = std::uint32_t(since / std::uint64_t(kUsecsPerDay));
+    const std::uint64_t time_of_day = since - std::uint64_t(days) * std::uint64_t(kUsecsPerDay);
+    const auto secs = std::uint32_t(time_of_day / std::uint64_t(kUsecsPerSec));
+    const auto fsec =
+        std::uint32_t(time_of_day - std::uint64_t(secs) * std::uint64_t(kUsecsPerSec));
+
+    // civil_from_days, unsigned: every value here is non-negative and fits 32 bits.
+    const std::uint32_t z = days + kMarchZeroToYearOne;
+    const std::uint32_t era = z / 146097;
+    const std::uint32_t doe = z - era * 146097;
+    const std::uint32_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    const std::uint32_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    const std::uint32_t mp = (5 * doy + 2) / 153;
+    const std::uint32_t day = doy - (153 * mp + 2) / 5 + 1;
+    const std::uint32_t month = mp < 10 ? mp + 3 : mp - 9;
+    const std::uint32_t year = yoe + era * 400 + (month <= 2 ? 1 : 0);
+
+    const std::uint32_t hour = secs / 3600;
+    const std::uint32_t minute = secs / 60 - hour * 60;
+    const std::uint32_t second = secs - (secs / 60) * 60;
+
+    char* p = put_two(out, year / 100);
+    p = put_two(p, year % 100);
+    *p++ = '-';
+    p = put_two(p, month);
+    *p++ = '-';
+    p = put_two(p, day);
+    *p++ = 'T';
+    p = put_two(p, hour);
+    *p++ = ':';
+    p = put_two(p, minute);
+    *p++ = ':';
+    p = put_two(p, second);
+    if (fsec != 0) {
+        *p++ = '.';
+        p = put_two(p, fsec / 10000);
+        p = put_two(p, fsec / 100 % 100);
+        p = put_two(p, fsec % 100);
+        while (p[-1] == '0') { // stops at a non-zero digit: fsec != 0
+            --p;
+        }
+    }
+    if (with_zone) {
+        *p++ = 'Z';
+    }
+    return p;
+}
+
 [[noreturn]] void out_of_range(const char* type) {
     throw DecodeError(type, 0, "value out of range");
 }
@@ -338,6 +421,11 @@ std::string format_timetz(std::int64_t usecs, std::int32_t zone_west) {
 }
 
 std::string format_timestamp(std::int64_t usecs, bool with_zone) {
+    if (usecs >= kFastMinUsecs && usecs < kFastEndUsecs) {
+        char buf[32];
+        const char* end = put_timestamp_ad(buf, usecs, with_zone);
+        return std::string(buf, std::size_t(end - buf));
+    }
     if (usecs == std::numeric_limits<std::int64_t>::max()) {
         return "infinity";
     }
@@ -458,7 +546,8 @@ std::int64_t parse_timestamp(std::string_view text, bool with_zone) {
     const bool bc = c.accept(" BC");
     c.expect_end();
     const std::int64_t days = days_of(c, f, bc);
-    if (days < kMinDate - 1 || days > kEndDate + 1) { // a zone moves it by less than a day
+    // The day first, so the µs below cannot overflow; a zone moves it by less than a day.
+    if (days < kMinTimestamp / kUsecsPerDay - 1 || days > kEndTimestamp / kUsecsPerDay + 1) {
         c.fail_at(f.at, "timestamp out of range");
     }
     const std::int64_t usecs = days * kUsecsPerDay + time + std::int64_t(zone_west) * kUsecsPerSec;

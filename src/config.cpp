@@ -27,7 +27,8 @@ constexpr std::string_view kSourceKeys[] = {
     "dsn", "publications", "slot", "temporary_slot", "existing_slot", "reconnect_deadline"};
 constexpr std::string_view kDestinationKeys[] = {"url", "deletes"};
 constexpr std::string_view kSnapshotKeys[] = {"parallel_tables", "page_rows",     "batch_rows",
-                                              "batch_bytes",     "max_row_bytes", "max_attempts"};
+                                              "batch_bytes",     "max_row_bytes", "max_attempts",
+                                              "split_rows"};
 constexpr std::string_view kStreamKeys[] = {"heartbeat_interval", "status_interval",
                                             "large_transactions", "binary"};
 constexpr std::string_view kApplyKeys[] = {"flush_interval", "batch_rows", "batch_bytes"};
@@ -460,6 +461,7 @@ void read_snapshot(const Section& s, SnapshotConfig& snapshot) {
     assign(snapshot.batch_bytes, s.size("batch_bytes"));
     assign(snapshot.max_row_bytes, s.size("max_row_bytes"));
     assign(snapshot.max_attempts, s.positive_int("max_attempts"));
+    assign(snapshot.split_rows, s.positive_integer("split_rows", kMax));
 }
 
 void read_stream(const Section& s, StreamConfig& stream) {
@@ -675,6 +677,7 @@ void validate(const Config& config) {
     check_positive("snapshot.page_rows", snapshot.page_rows);
     check_positive("snapshot.batch_rows", snapshot.batch_rows);
     check_positive("snapshot.max_attempts", snapshot.max_attempts);
+    check_positive("snapshot.split_rows", snapshot.split_rows);
     if (snapshot.batch_bytes == 0) {
         throw ConfigError("snapshot.batch_bytes must be a positive size (found 0)");
     }

@@ -51,6 +51,8 @@ struct SnapshotConfig {
     std::uint64_t batch_bytes = 4 * kMiB;
     std::uint64_t max_row_bytes = 64 * kMiB;
     int max_attempts = 3;
+    /// A table estimated to hold more rows is copied as key ranges by several readers at once.
+    std::int64_t split_rows = 1000000;
 
     bool operator==(const SnapshotConfig&) const = default;
 };

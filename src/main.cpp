@@ -46,6 +46,7 @@ pgtide::replicate::RunOptions run_options(const pgtide::app::Config& c,
     o.batch_bytes = c.snapshot.batch_bytes;
     o.max_row_bytes = c.snapshot.max_row_bytes;
     o.max_attempts = c.snapshot.max_attempts;
+    o.split_rows = c.snapshot.split_rows;
     o.status_interval = c.stream.status_interval;
     o.stream_binary = c.stream.binary;
     o.heartbeat_interval = c.stream.heartbeat_interval;

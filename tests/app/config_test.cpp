@@ -70,6 +70,7 @@ TEST(Config, Defaults) {
     EXPECT_EQ(c.snapshot.batch_bytes, 4u * 1024 * 1024);
     EXPECT_EQ(c.snapshot.max_row_bytes, 64u * 1024 * 1024);
     EXPECT_EQ(c.snapshot.max_attempts, 3);
+    EXPECT_EQ(c.snapshot.split_rows, 1000000);
     EXPECT_EQ(c.stream.heartbeat_interval, 10s);
     EXPECT_EQ(c.stream.status_interval, 10s);
     EXPECT_EQ(c.stream.large_transactions, StreamConfig::LargeTransactions::Stream);
@@ -107,6 +108,7 @@ batch_rows = 1000
 batch_bytes = "8MiB"
 max_row_bytes = 1048576
 max_attempts = 5
+split_rows = 250000
 
 [stream]
 heartbeat_interval = "30s"
@@ -150,7 +152,8 @@ name = "customers"
                                        .batch_rows = 1000,
                                        .batch_bytes = 8 * kMiB,
                                        .max_row_bytes = 1048576,
-                                       .max_attempts = 5};
+                                       .max_attempts = 5,
+                                       .split_rows = 250000};
     expected.stream = StreamConfig{.heartbeat_interval = 30s,
                                    .status_interval = 90s,
                                    .large_transactions = StreamConfig::LargeTransactions::Off};
@@ -221,7 +224,8 @@ TEST(ConfigError, UnknownKeyListsTheAllowedKeys) {
               "destination, snapshot, stream, apply, metrics, log, tables");
     EXPECT_EQ(parse_error("[snapshot]\nbatch_size = 1\n"),
               R"(unknown key "snapshot.batch_size" at pgtide.toml:2; allowed in [snapshot]: )"
-              "parallel_tables, page_rows, batch_rows, batch_bytes, max_row_bytes, max_attempts");
+              "parallel_tables, page_rows, batch_rows, batch_bytes, max_row_bytes, max_attempts, "
+              "split_rows");
 }
 
 TEST(ConfigError, UnknownKeyInsideTables) {

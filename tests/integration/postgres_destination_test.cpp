@@ -154,6 +154,10 @@ TEST_F(PostgresDestination, CopiesThenStreamsEveryKindOfChange) {
     exec("UPDATE items SET name = 'renamed ' || id, amount = amount * 2 WHERE id % 3 = 0");
     exec("UPDATE items SET note = 'new note ' || id WHERE id % 100 = 1");
     exec("UPDATE items SET id = id + 100000 WHERE id % 97 = 0");
+    // Key changes of rows whose TOASTed note stays unchanged ('u'): the note moves with them.
+    exec("UPDATE items SET id = id + 200000 WHERE id IN (50, 100, 150)");
+    exec("BEGIN; UPDATE items SET small = 1 WHERE id = 200; UPDATE items SET id = -200 WHERE "
+         "id = 200; UPDATE items SET name = 'moved' WHERE id = -200; COMMIT");
     exec("DELETE FROM items WHERE id % 11 = 0");
     exec("UPDATE \"Mixed Case\" SET \"select\" = NULL WHERE n % 4 = 0");
     exec("UPDATE \"Mixed Case\" SET n = n + 10000 WHERE n % 9 = 0");

@@ -106,5 +106,31 @@ TEST(Robustness, MutatedCopyStreams) {
     }
 }
 
+// Found by fuzz/codec_fuzz: a year inside the date range but past the timestamp range overflowed
+// the µs computation (signed overflow, undefined) before the range check.
+TEST(Robustness, TimestampTextPastTheTimestampRangeIsAnError) {
+    const TypeRef timestamptz{oid::kTimestamptz, 0};
+    const TypeRef timestamp{oid::kTimestamp, 0};
+    EXPECT_THROW(decode_text(timestamptz, "2942276-12-31 23:59:59.999999+00"), DecodeError);
+    EXPECT_THROW(decode_text(timestamp, "5874897-12-31 00:00:00"), DecodeError);
+    EXPECT_THROW(decode_text(timestamp, "294277-01-01 00:00:00"), DecodeError);
+    EXPECT_THROW(decode_text(TypeRef{oid::kTimestamptzArray, oid::kTimestamptz},
+                             R"({"0001-01-01 00:00:00+00 BC","2942276-12-31 23:59:59.999999+00"})"),
+                 DecodeError);
+    try {
+        decode_text(timestamp, "2942276-12-31 23:59:59");
+        FAIL() << "no error";
+    } catch (const DecodeError& e) {
+        EXPECT_EQ(e.offset(), 0u);
+        EXPECT_NE(std::string(e.what()).find("timestamp out of range"), std::string::npos)
+            << e.what();
+    }
+    // The last values inside the range still decode.
+    EXPECT_EQ(decode_text(timestamp, "294276-12-31 23:59:59.999999"),
+              Value(std::string("294276-12-31T23:59:59.999999")));
+    EXPECT_EQ(decode_text(timestamptz, "294276-12-31 23:59:59.999999+00"),
+              Value(std::string("294276-12-31T23:59:59.999999Z")));
+}
+
 } // namespace
 } // namespace pgtide::schema
