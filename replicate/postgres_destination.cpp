@@ -721,7 +721,9 @@ io::Task<void> PostgresDestination::merge(const std::vector<const Change*>& upse
     }
     Staging& staging = found->second;
     if (staging.used) {
-        co_await run("TRUNCATE " + staging.name, "emptying the staging table of " + target);
+        // Not TRUNCATE: that gives the table a new file (a catalog update) once per
+        // transaction. Its dead rows go at COMMIT, when ON COMMIT DELETE ROWS empties it.
+        co_await run("DELETE FROM " + staging.name, "emptying the staging table of " + target);
     }
     staging.used = true;
 
