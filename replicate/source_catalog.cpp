@@ -74,12 +74,25 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
                                 "... FOR TABLE ...) or fix source.publications");
     }
 
+    // A partition is left out when one of its ancestors is listed by a publication that
+    // publishes via the partition root: pgoutput then publishes its changes as the topmost such
+    // ancestor, whichever other publication lists the partition itself (as PostgreSQL 16's
+    // pg_get_publication_tables does for several publications; 15 lists both).
     io::PgResult rels = co_await conn.exec_params(
         "SELECT DISTINCT c.oid, n.nspname, c.relname, greatest(c.reltuples, 0)::bigint "
         "FROM pg_publication_tables pt "
         "JOIN pg_namespace n ON n.nspname = pt.schemaname "
         "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename "
-        "WHERE pt.pubname = ANY($1::text[]) ORDER BY 2, 3",
+        "WHERE pt.pubname = ANY($1::text[]) "
+        "AND NOT (c.relispartition AND EXISTS ("
+        "  SELECT 1 FROM pg_partition_ancestors(c.oid) a "
+        "  JOIN pg_class ac ON ac.oid = a.relid AND ac.oid <> c.oid "
+        "  JOIN pg_namespace an ON an.oid = ac.relnamespace "
+        "  JOIN pg_publication_tables pa ON pa.schemaname = an.nspname "
+        "    AND pa.tablename = ac.relname "
+        "  JOIN pg_publication p ON p.pubname = pa.pubname "
+        "  WHERE p.pubviaroot AND pa.pubname = ANY($1::text[]))) "
+        "ORDER BY 2, 3",
         params(text_array_literal(publications)));
 
     std::vector<SourceTable> out;
