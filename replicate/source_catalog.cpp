@@ -288,6 +288,7 @@ schema::TypeRef SourceCatalog::resolve_cached(std::uint32_t oid) const {
     return ref;
 }
 
+// NOT NULL comes from typnotnull: PostgreSQL 17+ also keeps it as a pg_constraint row ('n').
 const char* const kUserTypeDefinitionSql = R"sql(
 CASE t.typtype
 WHEN 'e' THEN format('CREATE TYPE %I.%I AS ENUM (%s)', n.nspname, t.typname,
@@ -299,7 +300,7 @@ WHEN 'd' THEN format('CREATE DOMAIN %I.%I AS %s', n.nspname, t.typname,
     || coalesce(' DEFAULT ' || t.typdefault, '')
     || coalesce((SELECT string_agg(' CONSTRAINT ' || quote_ident(c.conname) || ' '
                                    || pg_get_constraintdef(c.oid), '' ORDER BY c.conname)
-                 FROM pg_constraint c WHERE c.contypid = t.oid), '')
+                 FROM pg_constraint c WHERE c.contypid = t.oid AND c.contype <> 'n'), '')
 WHEN 'c' THEN format('CREATE TYPE %I.%I AS (%s)', n.nspname, t.typname,
     (SELECT string_agg(format('%I %s', a.attname, format_type(a.atttypid, a.atttypmod)), ', '
                        ORDER BY a.attnum)

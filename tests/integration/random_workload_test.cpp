@@ -477,11 +477,36 @@ class RandomWorkload : public ReplicationTest, public ::testing::WithParamInterf
 protected:
     std::string config_path() const { return (dir_ / "pgtide.toml").string(); }
 
-    void write_config(const std::string& large_transactions) const {
+    /// The "postgresql" parameter replays the workload into a PostgreSQL destination (a second
+    /// database of the same server); the others into SQLite, with that large_transactions.
+    bool postgres() const { return std::string(GetParam()) == "postgresql"; }
+
+    std::string dest_url() const {
+        return "postgresql://postgres@/" + dest_db_ + "?host=" + pg().socket_dir() +
+               "&port=" + std::to_string(pg().port());
+    }
+
+    /// One value from the destination (SQLite file or PostgreSQL database), nullopt while absent.
+    std::optional<std::string> destination_value(const std::string& sql) const {
+        if (!postgres()) {
+            return dest_value(sql);
+        }
+        try {
+            return pg().query_value(dest_db_, sql);
+        } catch (const std::exception&) {
+            return std::nullopt;
+        }
+    }
+
+    void write_config(const std::string& large_transactions) {
+        if (postgres()) {
+            dest_db_ = pg().create_database();
+        }
         std::ofstream f(config_path());
         f << "[source]\ndsn = \"" << dsn() << "\"\npublications = [\"pub\"]\nslot = \"" << slot()
-          << "\"\n[destination]\nurl = \"sqlite:" << sqlite_path_ << "\"\n";
-        if (!large_transactions.empty()) {
+          << "\"\n[destination]\nurl = \""
+          << (postgres() ? dest_url() : "sqlite:" + sqlite_path_) << "\"\n";
+        if (!large_transactions.empty() && !postgres()) {
             f << "[stream]\nlarge_transactions = \"" << large_transactions << "\"\n";
         }
     }
@@ -500,16 +525,17 @@ protected:
     }
 
     std::int64_t checkpoint_lsn() const {
-        const auto v = dest_value("SELECT lsn FROM _pgtide_checkpoint");
+        const auto v = destination_value("SELECT lsn FROM _pgtide_checkpoint");
         return v ? std::stoll(*v) : 0;
     }
 
     // Every row of every table, as sorted multisets (text keys sort differently in SQLite).
     void expect_tables_equal() const {
-        SqliteFile dest(sqlite_path_);
         for (const Comparison& c : kComparisons) {
             Rows want = query(c.source_sql);
-            Rows got = dest.rows(c.dest_sql);
+            // PostgreSQL keeps the source's types: the source's query reads it the same way.
+            Rows got = postgres() ? pg().query(dest_db_, c.source_sql)
+                                  : SqliteFile(sqlite_path_).rows(c.dest_sql);
             std::sort(want.begin(), want.end());
             std::sort(got.begin(), got.end());
             if (want == got) {
@@ -536,6 +562,8 @@ protected:
                           << "different" << detail;
         }
     }
+
+    std::string dest_db_; ///< the PostgreSQL destination database, when postgres()
 };
 
 TEST_P(RandomWorkload, DestinationEqualsSourceRowByRow) {
@@ -571,7 +599,9 @@ TEST_P(RandomWorkload, DestinationEqualsSourceRowByRow) {
     {
         started = std::chrono::steady_clock::now();
         PgtideProcess pgtide(config_args(false));
-        ASSERT_TRUE(wait_for_dest("SELECT phase FROM _pgtide_checkpoint", "streaming"))
+        ASSERT_TRUE(wait_for([&] {
+            return destination_value("SELECT phase FROM _pgtide_checkpoint") == "streaming";
+        }))
             << pgtide.stderr_text();
         std::int64_t halfway = 0;
         for (int i = 0; i < part1; ++i) {
@@ -631,7 +661,8 @@ TEST_P(RandomWorkload, DestinationEqualsSourceRowByRow) {
               << seconds(std::chrono::steady_clock::now() - caught_up) << " s" << std::endl;
 }
 
-INSTANTIATE_TEST_SUITE_P(LargeTransactions, RandomWorkload, ::testing::Values("", "off"),
+INSTANTIATE_TEST_SUITE_P(LargeTransactions, RandomWorkload,
+                         ::testing::Values("", "off", "postgresql"),
                          [](const ::testing::TestParamInfo<const char*>& param) {
                              return std::string(*param.param ? param.param : "default");
                          });
