@@ -17,6 +17,7 @@
 #include "replicate/errors.hpp"
 #include "replicate/replication_connection.hpp"
 #include "replicate/session.hpp"
+#include "replicate/slot_info.hpp"
 #include "replicate/snapshot_copier.hpp"
 #include "replicate/postgres_destination.hpp"
 #include "replicate/sqlite_writer.hpp"
@@ -44,37 +45,6 @@ std::int64_t unix_ms_now() {
     return std::chrono::duration_cast<std::chrono::milliseconds>(
                std::chrono::system_clock::now().time_since_epoch())
         .count();
-}
-
-struct SlotInfo {
-    std::string slot_type;
-    std::string plugin;
-    std::string database;
-    bool active = false;
-    std::optional<schema::Lsn> confirmed_flush;
-    std::string wal_status;
-};
-
-io::Task<std::optional<SlotInfo>> read_slot(io::PgConnection& conn, std::string slot) {
-    std::vector<std::optional<std::string>> params{slot};
-    io::PgResult r = co_await conn.exec_params(
-        "SELECT slot_type, coalesce(plugin, ''), coalesce(database, ''), active, "
-        "confirmed_flush_lsn::text, coalesce(wal_status, '') "
-        "FROM pg_replication_slots WHERE slot_name = $1",
-        std::move(params));
-    if (r.rows() == 0) {
-        co_return std::nullopt;
-    }
-    SlotInfo s;
-    s.slot_type = std::string(r.get(0, 0));
-    s.plugin = std::string(r.get(0, 1));
-    s.database = std::string(r.get(0, 2));
-    s.active = r.get(0, 3) == "t";
-    if (!r.is_null(0, 4)) {
-        s.confirmed_flush = schema::Lsn::parse(r.get(0, 4));
-    }
-    s.wal_status = std::string(r.get(0, 5));
-    co_return s;
 }
 
 // Source sessions of the pgtide process whose owner token is `owner`.
@@ -384,10 +354,10 @@ io::Task<RunSummary> Coordinator::run_phases() {
     }
 
     // A walsender whose client just died may hold the slot for a moment: give it 5 s.
-    std::optional<SlotInfo> slot_info = co_await read_slot(catalog_conn, slot);
+    std::optional<SlotInfo> slot_info = co_await read_slot_info(catalog_conn, slot);
     for (int i = 0; i < 50 && slot_info && slot_info->active; ++i) {
         co_await io::sleep_for(std::chrono::milliseconds(100));
-        slot_info = co_await read_slot(catalog_conn, slot);
+        slot_info = co_await read_slot_info(catalog_conn, slot);
     }
     if (slot_info && slot_info->active) {
         throw DefiniteError(ExitCode::Fenced, "replication slot " + slot +
@@ -489,26 +459,17 @@ io::Task<RunSummary> Coordinator::run_phases() {
                 co_await ReplicationConnection::connect(options_.source_dsn, application_name);
             // The abandoned epoch's slot was created by this process: drop it once its
             // walsender has let go of it.
-            std::optional<SlotInfo> abandoned = co_await read_slot(catalog_conn, slot);
+            std::optional<SlotInfo> abandoned = co_await read_slot_info(catalog_conn, slot);
             for (int i = 0; i < 50 && abandoned && abandoned->active; ++i) {
                 co_await io::sleep_for(std::chrono::milliseconds(100));
-                abandoned = co_await read_slot(catalog_conn, slot);
+                abandoned = co_await read_slot_info(catalog_conn, slot);
             }
             if (abandoned) {
                 co_await drop_slot(catalog_conn, slot);
             }
         }
-    } else if (!slot_info) {
-        throw DefiniteError(ExitCode::SlotLost,
-                            "replication slot " + slot +
-                                " no longer exists on the source (dropped, or lost in a "
-                                "failover); run `pgtide run --resnapshot` to copy everything "
-                                "again into a new epoch");
-    } else if (slot_info->wal_status == "lost") {
-        throw DefiniteError(ExitCode::SlotLost,
-                            "replication slot " + slot +
-                                " was invalidated by the server (wal_status = lost: the WAL it "
-                                "needed was removed); run `pgtide run --resnapshot`");
+    } else if (std::optional<std::string> lost = co_await check_slot_lost(catalog_conn, slot)) {
+        throw DefiniteError(ExitCode::SlotLost, *lost);
     }
 
     // Streaming, with reconnects.
@@ -552,6 +513,12 @@ io::Task<RunSummary> Coordinator::run_phases() {
                     options_.source_dsn, sql_connection_params(application_name),
                     kReconnectTimeout);
                 connected = true;
+                // The slot may have been dropped or invalidated while the source was out of
+                // reach: that ends this epoch, it is no reason to retry.
+                if (std::optional<std::string> lost =
+                        co_await check_slot_lost(catalog_conn, slot)) {
+                    throw DefiniteError(ExitCode::SlotLost, *lost);
+                }
             }
             const schema::Lsn start = applier.checkpoint().lsn;
             co_await replication.start(slot, start, options_.publications, binary);

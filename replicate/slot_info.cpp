@@ -68,4 +68,54 @@ io::Task<schema::Lsn> current_wal_lsn(io::PgConnection& conn) {
     co_return *lsn;
 }
 
+std::optional<std::string> slot_lost_message(const std::string& slot,
+                                             const std::optional<SlotInfo>& info,
+                                             const std::string& max_slot_wal_keep_size) {
+    const std::string way_out =
+        "; run `pgtide run --resnapshot` to copy everything again into a new epoch";
+    if (!info) {
+        return "replication slot " + slot +
+               " no longer exists on the source (dropped, or not carried over by a failover to "
+               "a standby), so the changes since the destination's checkpoint cannot be "
+               "streamed" +
+               way_out;
+    }
+    const std::string& reason = info->invalidation_reason;
+    if (info->wal_status != "lost" && reason.empty()) {
+        return std::nullopt;
+    }
+    std::string cause;
+    if (reason.empty() || reason == "wal_removed") {
+        // PostgreSQL 15 and 16 give no reason; wal_status lost means removed WAL there.
+        cause =
+            "it kept more WAL than max_slot_wal_keep_size" +
+            (max_slot_wal_keep_size.empty() ? std::string() : " (" + max_slot_wal_keep_size + ")") +
+            " allows while pgtide was behind or stopped, and the WAL it needed was removed "
+            "(wal_status = " +
+            info->wal_status + (reason.empty() ? "" : ", invalidation_reason = " + reason) +
+            "); raise max_slot_wal_keep_size (-1: unlimited) or keep pgtide running so that "
+            "it does not happen again";
+    } else if (reason == "idle_timeout") {
+        cause = "it stayed inactive longer than idle_replication_slot_timeout "
+                "(invalidation_reason = idle_timeout)";
+    } else {
+        cause = "invalidation_reason = " + reason +
+                (reason == "rows_removed" || reason == "conflicting" ||
+                         reason == "wal_level_insufficient"
+                     ? ": a conflict with recovery on a standby"
+                     : "");
+    }
+    return "replication slot " + slot + " was invalidated by the server: " + cause + way_out;
+}
+
+io::Task<std::optional<std::string>> check_slot_lost(io::PgConnection& conn, std::string slot) {
+    std::optional<SlotInfo> info = co_await read_slot_info(conn, slot);
+    std::string keep;
+    if (info && (info->wal_status == "lost" || !info->invalidation_reason.empty())) {
+        io::PgResult r = co_await conn.exec("SHOW max_slot_wal_keep_size");
+        keep = std::string(r.get(0, 0));
+    }
+    co_return slot_lost_message(slot, info, keep);
+}
+
 } // namespace pgtide::replicate

@@ -35,4 +35,18 @@ io::Task<std::optional<SlotInfo>> read_slot_info(io::PgConnection& conn, std::st
 /// standby. Suspends; throws io::PgError.
 io::Task<schema::Lsn> current_wal_lsn(io::PgConnection& conn);
 
+/// Why streaming from `slot` cannot go on, as the message of a SlotLost error (exit 5): the
+/// slot is missing (`info` nullopt: dropped, or not carried over by a failover), or the server
+/// invalidated it (`wal_status` lost, or an `invalidation_reason`). The message names the
+/// cause: for removed WAL, max_slot_wal_keep_size and its value `max_slot_wal_keep_size` ("" when
+/// unknown); for PostgreSQL 18's idle timeout, idle_replication_slot_timeout. It ends with the
+/// way out, `pgtide run --resnapshot`. nullopt when the slot exists and is not invalidated.
+std::optional<std::string> slot_lost_message(const std::string& slot,
+                                             const std::optional<SlotInfo>& info,
+                                             const std::string& max_slot_wal_keep_size = "");
+
+/// slot_lost_message for what the source says now: reads the slot and, when it is invalidated,
+/// the server's max_slot_wal_keep_size. Suspends; throws io::PgError.
+io::Task<std::optional<std::string>> check_slot_lost(io::PgConnection& conn, std::string slot);
+
 } // namespace pgtide::replicate
