@@ -26,9 +26,9 @@ void publish_checkpoint(Metrics* metrics, const Checkpoint& checkpoint) {
 } // namespace
 
 Applier::Applier(Destination& destination, Checkpoint durable, ApplierOptions options)
-    : destination_(destination), checkpoint_(std::move(durable)),
-      options_(options), last_commit_(std::chrono::steady_clock::now()),
-      complete_lsn_(checkpoint_.lsn), last_progress_log_(last_commit_) {
+    : destination_(destination), checkpoint_(std::move(durable)), options_(options),
+      last_commit_(std::chrono::steady_clock::now()), complete_lsn_(checkpoint_.lsn),
+      last_progress_log_(last_commit_) {
     publish_checkpoint(options_.metrics, checkpoint_);
 }
 

@@ -38,7 +38,7 @@ struct Metrics {
     std::int64_t applied_changes = 0;
     std::int64_t rows_copied = 0;
     std::int64_t tables_copied = 0;
-    std::map<std::string, std::int64_t> snapshot_rows; ///< by source table, this epoch
+    std::map<std::string, std::int64_t> snapshot_rows;      ///< by source table, this epoch
     std::map<std::string, std::int64_t> snapshot_estimates; ///< pg_class.reltuples by table
     std::set<std::string> snapshot_done; ///< tables whose copy completed, this epoch
     std::int64_t destination_commits = 0;

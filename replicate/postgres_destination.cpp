@@ -65,8 +65,7 @@ std::string lsn_text(schema::Lsn lsn) {
 
 DestinationErrorKind kind_of(const io::PgError& e) {
     const std::string& s = e.sqlstate;
-    if (e.connection_lost || s.starts_with("08") || s == "57P01" || s == "57P02" ||
-        s == "57P03") {
+    if (e.connection_lost || s.starts_with("08") || s == "57P01" || s == "57P02" || s == "57P03") {
         return DestinationErrorKind::Io;
     }
     if (s.starts_with("53")) {
@@ -180,13 +179,6 @@ template <class... S> std::vector<std::optional<std::string>> params(S&&... s) {
     return out;
 }
 
-bool has_unchanged(const schema::Row& row);
-
-/// An upsert to a new key that must read the old key's row for its unchanged TOAST columns.
-bool is_move(const Change& c) {
-    return c.kind == Change::Kind::Upsert && !c.moved_from.empty() && has_unchanged(c.values);
-}
-
 bool has_unchanged(const schema::Row& row) {
     for (const auto& v : row) {
         if (std::holds_alternative<schema::UnchangedToast>(v)) {
@@ -194,6 +186,11 @@ bool has_unchanged(const schema::Row& row) {
         }
     }
     return false;
+}
+
+/// An upsert to a new key that must read the old key's row for its unchanged TOAST columns.
+bool is_move(const Change& c) {
+    return c.kind == Change::Kind::Upsert && !c.moved_from.empty() && has_unchanged(c.values);
 }
 
 } // namespace
@@ -343,14 +340,14 @@ io::Task<void> PostgresDestination::insert_checkpoint(Checkpoint c) {
             "lsn, owner, lease_until, updated_at) "
             "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
         params(c.slot_name, c.system_identifier, std::to_string(c.timeline), c.database,
-               std::to_string(c.epoch), std::string(to_string(c.phase)),
-               lsn_text(c.consistent_lsn), lsn_text(c.lsn), c.owner,
-               std::to_string(c.lease_until_unix_ms), std::to_string(c.updated_at_unix_ms)),
+               std::to_string(c.epoch), std::string(to_string(c.phase)), lsn_text(c.consistent_lsn),
+               lsn_text(c.lsn), c.owner, std::to_string(c.lease_until_unix_ms),
+               std::to_string(c.updated_at_unix_ms)),
         "inserting the checkpoint of slot " + c.slot_name);
 }
 
-io::Task<bool> PostgresDestination::commit(std::vector<TableProgress> progress,
-                                           Checkpoint expected, Checkpoint next) {
+io::Task<bool> PostgresDestination::commit(std::vector<TableProgress> progress, Checkpoint expected,
+                                           Checkpoint next) {
     if (next.slot_name != expected.slot_name) {
         throw InternalError("checkpoint compare-and-swap from slot " + expected.slot_name +
                             " to slot " + next.slot_name);
@@ -433,11 +430,11 @@ io::Task<void> PostgresDestination::create_types(std::vector<UserType> types) {
     for (const auto& type : types) {
         const std::string name = quote_identifier(type.schema) + "." + quote_identifier(type.name);
         const std::string what = "preparing type " + name;
-        io::PgResult existing = co_await run_params(
-            std::string("SELECT ") + kUserTypeDefinitionSql +
-                " FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace "
-                "WHERE n.nspname = $1 AND t.typname = $2",
-            params(type.schema, type.name), what);
+        io::PgResult existing =
+            co_await run_params(std::string("SELECT ") + kUserTypeDefinitionSql +
+                                    " FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace "
+                                    "WHERE n.nspname = $1 AND t.typname = $2",
+                                params(type.schema, type.name), what);
         if (existing.rows() == 0) {
             io::PgResult ns = co_await run_params("SELECT 1 FROM pg_namespace WHERE nspname = $1",
                                                   params(type.schema), what);
@@ -492,8 +489,8 @@ io::Task<void> PostgresDestination::ensure_table(const schema::Table& table) {
         for (auto k : table.key_columns) {
             keys.push_back(table.columns[k].name);
         }
-        ddl += std::string(kLsnColumn) + " bigint NOT NULL, PRIMARY KEY (" + join_quoted(keys) +
-               "))";
+        ddl +=
+            std::string(kLsnColumn) + " bigint NOT NULL, PRIMARY KEY (" + join_quoted(keys) + "))";
         co_await run(std::move(ddl),
                      "creating table " + target +
                          " (a type the source's columns use may be missing in the destination: "
@@ -508,8 +505,8 @@ io::Task<void> PostgresDestination::ensure_table(const schema::Table& table) {
         throw DestinationError(DestinationErrorKind::Schema, 0,
                                describe() + ": table " + target +
                                    " exists but has no _pgtide_lsn column: it was not created by "
-                                   "pgtide; drop it or map " + table.qualified() +
-                                   " to another target");
+                                   "pgtide; drop it or map " +
+                                   table.qualified() + " to another target");
     }
     std::string problems;
     for (std::size_t i = 0; i < table.columns.size(); ++i) {
@@ -579,8 +576,7 @@ io::Task<void> PostgresDestination::clear_tombstones(std::vector<std::string> ta
 // ---- rows --------------------------------------------------------------------------------
 
 io::Task<void> PostgresDestination::copy_rows(std::shared_ptr<const schema::Table> table,
-                                              std::vector<schema::Row> rows,
-                                              schema::Lsn version) {
+                                              std::vector<schema::Row> rows, schema::Lsn version) {
     co_await begin();
     const std::string target = target_sql(*table);
     std::vector<std::string> columns = column_names(*table);
@@ -588,8 +584,8 @@ io::Task<void> PostgresDestination::copy_rows(std::shared_ptr<const schema::Tabl
         if (!copying_.empty()) {
             co_await end_copy();
         }
-        std::string sql = "COPY " + target + " (" + join_quoted(columns) + ", " + kLsnColumn +
-                          ") FROM STDIN";
+        std::string sql =
+            "COPY " + target + " (" + join_quoted(columns) + ", " + kLsnColumn + ") FROM STDIN";
         try {
             co_await conn_.copy_in_start(std::move(sql));
         } catch (const io::PgError& e) {
@@ -701,8 +697,8 @@ io::Task<void> PostgresDestination::apply_changes(std::vector<Change> changes) {
 
 io::Task<void> PostgresDestination::merge(const std::vector<const Change*>& upserts,
                                           const std::vector<const Change*>& deletes) {
-    const schema::Table& table = upserts.empty() ? *deletes.front()->table
-                                                 : *upserts.front()->table;
+    const schema::Table& table =
+        upserts.empty() ? *deletes.front()->table : *upserts.front()->table;
     const std::string target = target_sql(table);
     std::vector<std::string> columns = column_names(table);
     auto found = staging_.find(target);
@@ -728,8 +724,8 @@ io::Task<void> PostgresDestination::merge(const std::vector<const Change*>& upse
     staging.used = true;
 
     const std::string list = join_quoted(columns);
-    std::string copy = "COPY " + staging.name + " (\"_pgtide_op\", " + list + ", " + kLsnColumn +
-                       ") FROM STDIN";
+    std::string copy =
+        "COPY " + staging.name + " (\"_pgtide_op\", " + list + ", " + kLsnColumn + ") FROM STDIN";
     try {
         co_await conn_.copy_in_start(std::move(copy));
     } catch (const io::PgError& e) {
@@ -774,8 +770,8 @@ io::Task<void> PostgresDestination::merge(const std::vector<const Change*>& upse
         for (auto k : table.key_columns) {
             keys.push_back(table.columns[k].name);
         }
-        sql += "INSERT INTO " + target + " AS d (" + list + ", " + kLsnColumn + ") SELECT " +
-               list + ", " + kLsnColumn + " FROM " + staging.name +
+        sql += "INSERT INTO " + target + " AS d (" + list + ", " + kLsnColumn + ") SELECT " + list +
+               ", " + kLsnColumn + " FROM " + staging.name +
                " WHERE \"_pgtide_op\" = 'u' ON CONFLICT (" + join_quoted(keys) + ") DO UPDATE SET ";
         for (std::size_t c = 0; c < table.columns.size(); ++c) {
             if (!table.columns[c].key) {
@@ -810,8 +806,8 @@ io::Task<void> PostgresDestination::update_partial(const Change& change) {
             continue;
         }
         values.push_back(param_of(v));
-        sql += quote_identifier(table.columns[c].name) + " = $" + std::to_string(values.size()) +
-               ", ";
+        sql +=
+            quote_identifier(table.columns[c].name) + " = $" + std::to_string(values.size()) + ", ";
     }
     values.push_back(lsn_text(change.version));
     const std::string version = "$" + std::to_string(values.size());
@@ -856,17 +852,16 @@ io::Task<void> PostgresDestination::move_row(const Change& change) {
         keys.push_back(table.columns[c].name);
         values.push_back(param_of(change.moved_from.at(k)));
         where += std::string(where.empty() ? " WHERE " : " AND ") + "o." +
-                 quote_identifier(table.columns[c].name) + " = $" +
-                 std::to_string(values.size());
+                 quote_identifier(table.columns[c].name) + " = $" + std::to_string(values.size());
     }
     std::string sql = "INSERT INTO " + target + " AS d (" + list + kLsnColumn + ") SELECT " +
-                      select + version + " FROM " + target + " AS o" + where +
-                      " ON CONFLICT (" + join_quoted(keys) + ") DO UPDATE SET " + set +
-                      kLsnColumn + " = excluded." + kLsnColumn + " WHERE d." + kLsnColumn +
-                      " <= excluded." + kLsnColumn;
+                      select + version + " FROM " + target + " AS o" + where + " ON CONFLICT (" +
+                      join_quoted(keys) + ") DO UPDATE SET " + set + kLsnColumn + " = excluded." +
+                      kLsnColumn + " WHERE d." + kLsnColumn + " <= excluded." + kLsnColumn;
     co_await run_params(std::move(sql), std::move(values),
-                        "moving a row of " + target + " to a new key (unchanged TOAST columns "
-                        "kept)");
+                        "moving a row of " + target +
+                            " to a new key (unchanged TOAST columns "
+                            "kept)");
 }
 
 io::Task<void> PostgresDestination::truncate(const Change& change) {

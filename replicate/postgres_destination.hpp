@@ -85,9 +85,8 @@ private:
     PostgresDestination(io::PgConnection conn, std::string target);
 
     io::Task<io::PgResult> run(std::string sql, std::string what);
-    io::Task<io::PgResult> run_params(std::string sql,
-                                      std::vector<std::optional<std::string>> params,
-                                      std::string what);
+    io::Task<io::PgResult>
+    run_params(std::string sql, std::vector<std::optional<std::string>> params, std::string what);
     [[noreturn]] void fail(const std::exception& e, const std::string& what) const;
     io::Task<void> begin();
     io::Task<void> end_copy();
@@ -102,8 +101,8 @@ private:
     io::PgConnection conn_;
     std::string target_; ///< host, port, database and user: for messages
     bool in_transaction_ = false;
-    std::string copying_;              ///< target table of the COPY left open; "" when none
-    std::vector<std::string> copy_columns_; ///< its column list
+    std::string copying_;                    ///< target table of the COPY left open; "" when none
+    std::vector<std::string> copy_columns_;  ///< its column list
     std::map<std::string, Staging> staging_; ///< by target table
     int staging_count_ = 0;
 };

@@ -316,8 +316,7 @@ io::Task<std::vector<UserType>> SourceCatalog::user_types(io::PgConnection& conn
     }
     // Every type reachable from the columns, through array elements, domain bases and
     // composite attributes; the deepest dependency first.
-    io::PgResult r = co_await conn.exec_params(
-        std::string(R"sql(
+    io::PgResult r = co_await conn.exec_params(std::string(R"sql(
 WITH RECURSIVE used(oid, depth) AS (
     SELECT CASE WHEN t.typcategory = 'A' AND t.typelem <> 0 THEN t.typelem ELSE t.oid END, 0
     FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
@@ -335,8 +334,8 @@ WITH RECURSIVE used(oid, depth) AS (
     JOIN pg_type d ON d.oid = x.dep
     WHERE u.depth < 16
 )
-SELECT n.nspname, t.typname, )sql") +
-            kUserTypeDefinitionSql + R"sql(
+SELECT n.nspname, t.typname, )sql") + kUserTypeDefinitionSql +
+                                                   R"sql(
 FROM (SELECT oid, max(depth) AS depth FROM used GROUP BY oid) u
 JOIN pg_type t ON t.oid = u.oid
 JOIN pg_namespace n ON n.oid = t.typnamespace
@@ -344,11 +343,11 @@ LEFT JOIN pg_class r ON r.oid = t.typrelid
 WHERE t.typtype IN ('e', 'd', 'c') AND (t.typtype <> 'c' OR r.relkind = 'c')
   AND n.nspname NOT IN ('pg_catalog', 'information_schema')
 ORDER BY u.depth DESC, n.nspname, t.typname)sql",
-        params(text_array_literal(names)));
+                                               params(text_array_literal(names)));
     std::vector<UserType> out;
     for (int i = 0; i < r.rows(); ++i) {
-        out.push_back(UserType{std::string(r.get(i, 0)), std::string(r.get(i, 1)),
-                               std::string(r.get(i, 2))});
+        out.push_back(
+            UserType{std::string(r.get(i, 0)), std::string(r.get(i, 1)), std::string(r.get(i, 2))});
     }
     co_return out;
 }
@@ -359,9 +358,9 @@ io::Task<std::string> SourceCatalog::format_type(io::PgConnection& conn, std::ui
     if (const auto it = type_sql_.find(key); it != type_sql_.end()) {
         co_return it->second;
     }
-    io::PgResult r = co_await conn.exec_params(
-        "SELECT format_type($1::oid, $2::int)",
-        params(std::to_string(type_oid), std::to_string(typmod)));
+    io::PgResult r =
+        co_await conn.exec_params("SELECT format_type($1::oid, $2::int)",
+                                  params(std::to_string(type_oid), std::to_string(typmod)));
     std::string sql(r.get(0, 0));
     type_sql_.emplace(key, sql);
     co_return sql;

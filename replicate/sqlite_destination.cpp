@@ -756,8 +756,8 @@ std::optional<schema::Row> SqliteDestination::read_row(const schema::Table& tabl
             break;
         case SQLITE_BLOB: {
             const auto* data = static_cast<const char*>(sqlite3_column_blob(stmt.get(), i));
-            row.emplace_back(schema::Blob{
-                std::string(data != nullptr ? data : "", std::size_t(sqlite3_column_bytes(stmt.get(), i)))});
+            row.emplace_back(schema::Blob{std::string(
+                data != nullptr ? data : "", std::size_t(sqlite3_column_bytes(stmt.get(), i)))});
             break;
         }
         default:

@@ -14,8 +14,7 @@ void ensure_open(SqliteDestination& db) {
 
 } // namespace
 
-SqliteWriter::SqliteWriter(std::string path)
-    : path_(std::move(path)), writer_("sqlite-writer") {}
+SqliteWriter::SqliteWriter(std::string path) : path_(std::move(path)), writer_("sqlite-writer") {}
 
 SqliteWriter::~SqliteWriter() = default;
 

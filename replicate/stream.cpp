@@ -143,7 +143,8 @@ io::Task<void> Stream::on_relation(pgoutput::Relation rel) {
     const auto known = by_name_.find(source_name(rel.schema, rel.name));
     if (known != by_name_.end() && known->second->source_text) {
         for (const auto& rc : rel.columns) {
-            type_sql.push_back(co_await catalog_.format_type(catalog_conn_, rc.type_oid, rc.typmod));
+            type_sql.push_back(
+                co_await catalog_.format_type(catalog_conn_, rc.type_oid, rc.typmod));
         }
     }
     install_relation(rel, types, type_sql);

@@ -24,7 +24,7 @@ struct TableColumn {
     std::int32_t typmod = -1;
     StorageClass storage = StorageClass::Text; ///< declared SQLite type
     std::string type_sql; ///< the source's format_type(type, typmod): a PostgreSQL column type
-    bool key = false;                          ///< part of the ordering/identity key
+    bool key = false;     ///< part of the ordering/identity key
     friend bool operator==(const TableColumn&, const TableColumn&) = default;
 };
 

@@ -272,7 +272,8 @@ io::Task<DestinationView> read_postgres_destination(std::string url, std::string
             }
             t.progress.state = *state;
             t.progress.epoch = std::stoll(std::string(tables.get(r, 3)));
-            t.progress.copy_lsn = schema::Lsn(std::uint64_t(std::stoll(std::string(tables.get(r, 4)))));
+            t.progress.copy_lsn =
+                schema::Lsn(std::uint64_t(std::stoll(std::string(tables.get(r, 4)))));
             t.progress.rows_copied = std::stoll(std::string(tables.get(r, 5)));
             view.tables.push_back(std::move(t));
         }
@@ -305,9 +306,8 @@ io::Task<DestinationView> read_postgres_destination(std::string url, std::string
 
 io::Task<DestinationView> load_destination(Config config, bool count_rows) {
     if (config.destination.is_postgresql()) {
-        co_return co_await read_postgres_destination(config.destination.url,
-                                                     destination_name(config), config.source.slot,
-                                                     count_rows);
+        co_return co_await read_postgres_destination(
+            config.destination.url, destination_name(config), config.source.slot, count_rows);
     }
     io::WorkerThread reader("sqlite-reader");
     const std::string path = config.destination.sqlite_path();

@@ -94,7 +94,8 @@ io::Task<DropReport> run_drop(Config config) {
                       " does not exist on the source (system " + system + ", database " + database +
                       ")\n" + kept_line(name, view) +
                       "next: `pgtide run --resnapshot` copies everything again into a new slot "
-                      "and epoch; or " + start_over(config) + "\n";
+                      "and epoch; or " +
+                      start_over(config) + "\n";
         co_return report;
     }
     // A fresh lease whose owner has no session on the source is stale (a killed process): its
@@ -107,8 +108,7 @@ io::Task<DropReport> run_drop(Config config) {
         owner_sessions = std::stoll(std::string(r.get(0, 0)));
     }
     if (cp.lease_until_unix_ms > unix_ms_now() && owner_sessions > 0) {
-        throw DefiniteError(ExitCode::Fenced, "a pgtide process holds " + name +
-                                                  " (lease until " +
+        throw DefiniteError(ExitCode::Fenced, "a pgtide process holds " + name + " (lease until " +
                                                   format_unix_ms(cp.lease_until_unix_ms) +
                                                   "); stop it first, then drop the slot");
     }

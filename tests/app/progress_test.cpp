@@ -66,8 +66,9 @@ TEST(Progress, StreamingShowsLagAndChangeRate) {
     m.applied_transactions = 500;
     const auto lines = view.render(m, t0 + 10s);
     ASSERT_EQ(lines.size(), 1u);
-    EXPECT_EQ(lines[0],
-              "pgtide: streaming, lag 3.0 MiB, 5,000 changes/s, 50,000 changes in 500 transactions");
+    EXPECT_EQ(
+        lines[0],
+        "pgtide: streaming, lag 3.0 MiB, 5,000 changes/s, 50,000 changes in 500 transactions");
 }
 
 } // namespace

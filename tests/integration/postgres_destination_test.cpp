@@ -67,7 +67,8 @@ std::string insert_items(long from, long to) {
            "CASE WHEN g % 50 = 0 THEN repeat(md5(g::text), 400) ELSE 'short ' || g END "
            "FROM generate_series(" +
            std::to_string(from) + ", " + std::to_string(to) + ") g;" +
-           "UPDATE items SET flag = NULL, amount = NULL, ratio = NULL, name = NULL, payload = NULL, "
+           "UPDATE items SET flag = NULL, amount = NULL, ratio = NULL, name = NULL, payload = "
+           "NULL, "
            "at_tz = NULL, doc = NULL, tags = NULL WHERE id % 10 = 0 AND id BETWEEN " +
            std::to_string(from) + " AND " + std::to_string(to);
 }
@@ -75,8 +76,7 @@ std::string insert_items(long from, long to) {
 constexpr const char* kItems =
     "SELECT id, flag, small, amount, ratio, tiny, name, code, padded, payload, uid, day, at, "
     "at_tz, span, doc, raw, tags, grid, addr, note FROM items ORDER BY items.id";
-constexpr const char* kMixed =
-    "SELECT \"Region\", n, \"select\" FROM \"Mixed Case\" ORDER BY 1, 2";
+constexpr const char* kMixed = "SELECT \"Region\", n, \"select\" FROM \"Mixed Case\" ORDER BY 1, 2";
 constexpr const char* kEvents = "SELECT id, at, v FROM other.events ORDER BY id";
 
 class PostgresDestination : public ReplicationTest {
@@ -198,8 +198,8 @@ TEST_F(PostgresDestination, KilledWhileStreamingRestartsExactly) {
         for (int i = 0; i < 20; ++i) {
             const long base = 10000 + round * 10000 + i * 100;
             exec(insert_items(base, base + 99));
-            exec("UPDATE items SET name = 'r" + std::to_string(round) + "' WHERE id % 13 = " +
-                 std::to_string(i % 13));
+            exec("UPDATE items SET name = 'r" + std::to_string(round) +
+                 "' WHERE id % 13 = " + std::to_string(i % 13));
             exec("DELETE FROM items WHERE id % 17 = " + std::to_string(i % 17) + " AND id < " +
                  std::to_string(base));
         }
@@ -217,11 +217,11 @@ TEST_F(PostgresDestination, KilledWhileStreamingRestartsExactly) {
     run_once_pg();
     expect_same(kItems);
     // The checkpoint never ran ahead of what the slot confirmed.
-    const std::string confirmed = query_value(
-        "SELECT (confirmed_flush_lsn - '0/0')::bigint FROM pg_replication_slots WHERE "
-        "slot_name = '" + slot() + "'");
-    const std::string checkpoint =
-        pg().query_value(dest_db_, "SELECT lsn FROM _pgtide_checkpoint");
+    const std::string confirmed =
+        query_value("SELECT (confirmed_flush_lsn - '0/0')::bigint FROM pg_replication_slots WHERE "
+                    "slot_name = '" +
+                    slot() + "'");
+    const std::string checkpoint = pg().query_value(dest_db_, "SELECT lsn FROM _pgtide_checkpoint");
     EXPECT_LE(std::stoll(confirmed), std::stoll(checkpoint));
 }
 
@@ -352,13 +352,13 @@ TEST_F(PostgresDestination, DestinationRestartMidStreamLosesNothing) {
     const std::optional<int> code = p.wait_for(20s);
     if (!code && std::getenv("PGTIDE_DEBUG_HANG")) {
         std::system(("gdb -p " + std::to_string(p.pid()) +
-                     " -batch -ex 'thread apply all bt' > /tmp/hang.txt 2>&1").c_str());
+                     " -batch -ex 'thread apply all bt' > /tmp/hang.txt 2>&1")
+                        .c_str());
     }
     ASSERT_TRUE(code.has_value()) << "pgtide kept running with its destination gone\n"
                                   << p.stderr_text();
     EXPECT_NE(*code, 0);
-    EXPECT_NE(p.stderr_text().find("postgresql destination"), std::string::npos)
-        << p.stderr_text();
+    EXPECT_NE(p.stderr_text().find("postgresql destination"), std::string::npos) << p.stderr_text();
     std::string out;
     std::string err;
     ASSERT_EQ(PgtideProcess::run(args(true), &out, &err), 0) << err;
@@ -393,16 +393,16 @@ TEST_F(PostgresDestination, CheckStatusAndDropWork) {
     ASSERT_EQ(status_code, 0) << status_out << status_err;
     EXPECT_NE(status_out.find("\"public.items\""), std::string::npos) << status_out;
     EXPECT_NE(status_out.find("\"rows\":1234"), std::string::npos) << status_out;
-    const std::string lsn = query_value(
-        "SELECT pg_lsn '0/0' + " +
-        pg().query_value(dest_db_, "SELECT lsn FROM _pgtide_checkpoint") + "::numeric");
+    const std::string lsn =
+        query_value("SELECT pg_lsn '0/0' + " +
+                    pg().query_value(dest_db_, "SELECT lsn FROM _pgtide_checkpoint") + "::numeric");
     EXPECT_NE(status_out.find("\"" + lsn + "\""), std::string::npos) << lsn << "\n" << status_out;
 
     const auto [drop_code, drop_out, drop_err] = command("drop", {"--yes"});
     EXPECT_EQ(drop_code, 0) << drop_out << drop_err;
-    EXPECT_EQ(query_value("SELECT count(*) FROM pg_replication_slots WHERE slot_name = '" +
-                          slot() + "'"),
-              "0");
+    EXPECT_EQ(
+        query_value("SELECT count(*) FROM pg_replication_slots WHERE slot_name = '" + slot() + "'"),
+        "0");
     EXPECT_NE(drop_out.find("kept: postgresql://"), std::string::npos) << drop_out;
 }
 
@@ -457,8 +457,7 @@ TEST_F(PostgresDestination, RefusesAnIncompatibleExistingTable) {
     std::string err;
     const int code = PgtideProcess::run(pg_args(true), &out, &err);
     EXPECT_NE(code, 0);
-    EXPECT_NE(err.find("is integer in the destination but bigint on the source"),
-              std::string::npos)
+    EXPECT_NE(err.find("is integer in the destination but bigint on the source"), std::string::npos)
         << err;
 }
 

@@ -1,14 +1,13 @@
 // The progress display: on a terminal, pgtide redraws status lines in place (per-table snapshot
 // progress, then the stream); without one, its stderr holds plain log lines only.
-#include <poll.h>
-#include <pty.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstring>
 
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <pty.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "tests/support/pg_server.hpp"
 #include "tests/support/pgtide_process.hpp"

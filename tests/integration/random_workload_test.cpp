@@ -504,8 +504,8 @@ protected:
         }
         std::ofstream f(config_path());
         f << "[source]\ndsn = \"" << dsn() << "\"\npublications = [\"pub\"]\nslot = \"" << slot()
-          << "\"\n[destination]\nurl = \""
-          << (postgres() ? dest_url() : "sqlite:" + sqlite_path_) << "\"\n";
+          << "\"\n[destination]\nurl = \"" << (postgres() ? dest_url() : "sqlite:" + sqlite_path_)
+          << "\"\n";
         if (!large_transactions.empty() && !postgres()) {
             f << "[stream]\nlarge_transactions = \"" << large_transactions << "\"\n";
         }
@@ -601,8 +601,7 @@ TEST_P(RandomWorkload, DestinationEqualsSourceRowByRow) {
         PgtideProcess pgtide(config_args(false));
         ASSERT_TRUE(wait_for([&] {
             return destination_value("SELECT phase FROM _pgtide_checkpoint") == "streaming";
-        }))
-            << pgtide.stderr_text();
+        })) << pgtide.stderr_text();
         std::int64_t halfway = 0;
         for (int i = 0; i < part1; ++i) {
             if (i == large_at) {

@@ -133,8 +133,6 @@ TEST_F(Snapshot, RowFilterAndColumnListShapeTheCopyAndTheStream) {
 // Issue 4 item 5: a table estimated over snapshot.split_rows is cut into ranges of its first key
 // column that several readers copy at once; integer, text and composite keys; every row arrives
 // exactly once and each table is completed once, with its whole count.
-// DISABLED_ until the coordinator passes split_rows to the SnapshotCopier (RunOptions::split_rows
-// from [snapshot] split_rows); replicate_pg_tests cover the copier itself meanwhile.
 TEST_F(Snapshot, LargeTablesAreCopiedAsKeyRangesAtOnce) {
     exec("CREATE TABLE big (id int PRIMARY KEY, v text)");
     exec("INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, 200000) g");
