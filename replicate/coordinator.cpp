@@ -23,6 +23,7 @@
 #include "replicate/sqlite_writer.hpp"
 #include "replicate/stream.hpp"
 #include "schema/codec.hpp"
+#include "schema/sql_quote.hpp"
 
 namespace pgtide::replicate {
 
@@ -236,6 +237,27 @@ io::Task<RunSummary> Coordinator::run_phases() {
     // The source: catalog connection, target LSN for --once, published tables.
     io::PgConnection catalog_conn = co_await io::PgConnection::connect(
         options_.source_dsn, sql_connection_params(application_name));
+    {
+        // Settings and privileges that every later step needs: said plainly, before any slot.
+        io::PgResult r = co_await catalog_conn.exec(
+            "SELECT current_setting('wal_level'), r.rolsuper OR r.rolreplication, current_user "
+            "FROM pg_roles r WHERE r.rolname = current_user");
+        if (r.get(0, 0) != "logical") {
+            throw DefiniteError(ExitCode::SourceNotReady,
+                                "wal_level is " + std::string(r.get(0, 0)) +
+                                    " on the source, not logical: ALTER SYSTEM SET wal_level = "
+                                    "logical; then restart PostgreSQL (`pgtide check` lists "
+                                    "every setting pgtide needs)");
+        }
+        if (r.get(0, 1) != "t") {
+            throw DefiniteError(ExitCode::SourceNotReady,
+                                "role " + std::string(r.get(0, 2)) +
+                                    " has neither REPLICATION nor SUPERUSER on the source: ALTER "
+                                    "ROLE " +
+                                    schema::quote_identifier(std::string(r.get(0, 2))) +
+                                    " REPLICATION");
+        }
+    }
     std::optional<schema::Lsn> target;
     if (options_.once) {
         io::PgResult r = co_await catalog_conn.exec("SELECT pg_current_wal_insert_lsn()::text");

@@ -48,18 +48,37 @@ DestinationFacts inspect_destination(const std::string& path, const std::string&
     return f;
 }
 
+// One verdict, one line: libpq's messages span lines ("...failed: Connection refused\n\tIs the
+// server running..."); fold each line break and the indentation after it into one space.
+std::string one_line(std::string_view text) {
+    std::string out;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        if (text[i] != '\n') {
+            out += text[i];
+            continue;
+        }
+        while (i + 1 < text.size() && (text[i + 1] == '\t' || text[i + 1] == ' ')) {
+            ++i;
+        }
+        if (i + 1 < text.size()) {
+            out += ' ';
+        }
+    }
+    return out;
+}
+
 CheckVerdict ok(std::string check, std::string message) {
     return CheckVerdict{std::move(check), Status::Ok, std::move(message), {}, ExitCode::Ok};
 }
 
 CheckVerdict warn(std::string check, std::string message, std::string fix = {}) {
-    return CheckVerdict{std::move(check), Status::Warn, std::move(message), std::move(fix),
+    return CheckVerdict{std::move(check), Status::Warn, one_line(message), std::move(fix),
                         ExitCode::Ok};
 }
 
 CheckVerdict fail(std::string check, std::string message, std::string fix = {},
                   ExitCode code = ExitCode::SourceNotReady) {
-    return CheckVerdict{std::move(check), Status::Fail, std::move(message), std::move(fix), code};
+    return CheckVerdict{std::move(check), Status::Fail, one_line(message), std::move(fix), code};
 }
 
 std::string join(const std::vector<std::string>& items, const char* sep = ", ") {

@@ -420,6 +420,169 @@ TEST_F(Commands, CheckAndStatusNeverPrintThePassword) {
     }
 }
 
+// One line of `check`'s text output: "FAIL <check>: <message>[; fix: <fix>]".
+std::string verdict_line(const std::string& out, const std::string& prefix) {
+    const std::string text = "\n" + out;
+    const auto at = text.find("\n" + prefix);
+    if (at == std::string::npos) {
+        return {};
+    }
+    const auto end = text.find('\n', at + 1);
+    return text.substr(at + 1, end - at - 1);
+}
+
+TEST_F(Commands, CheckFailsForARoleWithoutReplicationAndWithoutSelect) {
+    exec("CREATE TABLE a (id int PRIMARY KEY)");
+    exec("CREATE TABLE b (id int PRIMARY KEY)");
+    exec("CREATE PUBLICATION pub FOR TABLE a, b");
+    const std::string role = "r_" + dbname();
+    exec("CREATE ROLE " + role + " LOGIN");
+    exec("GRANT SELECT ON b TO " + role);
+    const Result r = pgtide(args("check", {}, dsn() + " user=" + role));
+    exec("DROP OWNED BY " + role + "; DROP ROLE " + role);
+    EXPECT_EQ(r.code, 3) << describe(this, r.out, r.err);
+    EXPECT_EQ(verdict_line(r.out, "FAIL role:"),
+              "FAIL role: role " + role + " has neither REPLICATION nor SUPERUSER; fix: ALTER ROLE \"" +
+                  role + "\" REPLICATION")
+        << r.out;
+    EXPECT_EQ(verdict_line(r.out, "FAIL select privilege:"),
+              "FAIL select privilege: role " + role + " cannot SELECT from public.a; fix: GRANT "
+                                                      "SELECT ON public.a TO \"" +
+                  role + "\"")
+        << r.out;
+}
+
+TEST_F(Commands, CheckFailsWhenTheSourceIsUnreachableAndHidesThePassword) {
+    const Result r = pgtide(
+        args("check", {}, "host=127.0.0.1 port=1 dbname=app user=nobody password=Hunter2Secret"));
+    EXPECT_EQ(r.code, 3) << describe(this, r.out, r.err);
+    const std::string line = verdict_line(r.out, "FAIL source:");
+    EXPECT_EQ(line.rfind("FAIL source: cannot connect (host=127.0.0.1 port=1 dbname=app "
+                         "user=nobody password=",
+                         0),
+              0u)
+        << r.out;
+    EXPECT_NE(line.find("Connection refused Is the server running on that host and accepting "
+                        "TCP/IP connections?; fix: check source.dsn, that PostgreSQL runs and "
+                        "listens there, and that pg_hba.conf lets this role in"),
+              std::string::npos)
+        << r.out;
+    EXPECT_EQ((r.out + r.err).find("Hunter2Secret"), std::string::npos) << r.out << r.err;
+}
+
+TEST_F(Commands, CheckFailsForASlotTheDestinationCannotProveItsOwn) {
+    exec("CREATE TABLE a (id int PRIMARY KEY)");
+    exec("CREATE PUBLICATION pub FOR TABLE a");
+    exec("SELECT pg_create_logical_replication_slot('" + slot_ + "', 'pgoutput')");
+    const Result r = pgtide(args("check"));
+    EXPECT_EQ(r.code, 3) << describe(this, r.out, r.err);
+    const std::string line = verdict_line(r.out, "FAIL slot " + slot_ + ":");
+    EXPECT_EQ(line.rfind("FAIL slot " + slot_ + ": replication slot " + slot_ +
+                             " exists (inactive, wal_status reserved",
+                         0),
+              0u)
+        << r.out;
+    EXPECT_NE(line.find(") and this destination cannot prove it created it; fix: drop it (SELECT "
+                        "pg_drop_replication_slot('" +
+                        slot_ + "')), choose another source.slot, or set existing_slot = "
+                                "\"restart_snapshot\""),
+              std::string::npos)
+        << r.out;
+}
+
+TEST_F(Commands, CheckFailsForADestinationThatCannotBeWritten) {
+    exec("CREATE TABLE a (id int PRIMARY KEY)");
+    exec("CREATE PUBLICATION pub FOR TABLE a");
+    {
+        std::ofstream f(sqlite_path_);
+        f << "this is a text file, not an SQLite database, and it is long enough to tell\n";
+    }
+    Result r = pgtide(args("check"));
+    EXPECT_EQ(r.code, 2) << describe(this, r.out, r.err);
+    EXPECT_EQ(verdict_line(r.out, "FAIL destination:"),
+              "FAIL destination: sqlite destination " + sqlite_path_ +
+                  ": reading its schema: file is not a database (SQLite code 26); fix: point "
+                  "destination.url at an SQLite file pgtide created, or at a new path")
+        << r.out;
+
+    // A destination in a directory that does not exist.
+    std::vector<std::string> a = args("check");
+    const std::string missing = (dir_ / "no" / "such" / "dir").string();
+    a.back() = "sqlite:" + missing + "/x.db";
+    r = pgtide(a);
+    EXPECT_EQ(r.code, 2) << describe(this, r.out, r.err);
+    EXPECT_EQ(verdict_line(r.out, "FAIL destination:"),
+              "FAIL destination: directory " + missing + " does not exist; fix: create it (mkdir -p " +
+                  missing + ") or fix destination.url")
+        << r.out;
+}
+
+TEST_F(Commands, CheckFailsWhenNoReplicationSlotIsFree) {
+    PgServer small({"max_replication_slots = 1"});
+    small.exec("postgres", "CREATE TABLE a (id int PRIMARY KEY)");
+    small.exec("postgres", "CREATE PUBLICATION pub FOR TABLE a");
+    small.exec("postgres", "SELECT pg_create_logical_replication_slot('someone_else', 'pgoutput')");
+    const Result r = pgtide(args("check", {}, small.dsn()));
+    EXPECT_EQ(r.code, 3) << describe(this, r.out, r.err);
+    EXPECT_EQ(verdict_line(r.out, "FAIL max_replication_slots:"),
+              "FAIL max_replication_slots: 1 of max_replication_slots 1 in use; pgtide needs 1 "
+              "more; fix: ALTER SYSTEM SET max_replication_slots = 2; then restart PostgreSQL (or "
+              "drop unused slots: SELECT slot_name FROM pg_replication_slots WHERE NOT active)")
+        << r.out;
+}
+
+TEST_F(Commands, CheckFailsWhenWalLevelIsNotLogical) {
+    PgServer replica_level({"wal_level = replica"});
+    replica_level.exec("postgres", "CREATE TABLE a (id int PRIMARY KEY)");
+    replica_level.exec("postgres", "CREATE PUBLICATION pub FOR TABLE a");
+    const Result r = pgtide(args("check", {}, replica_level.dsn()));
+    EXPECT_EQ(r.code, 3) << describe(this, r.out, r.err);
+    EXPECT_EQ(verdict_line(r.out, "FAIL wal_level:"),
+              "FAIL wal_level: wal_level is replica, not logical; fix: ALTER SYSTEM SET wal_level "
+              "= logical; then restart PostgreSQL")
+        << r.out;
+    // `run` refuses the same way, before it creates anything.
+    const Result run = pgtide(args("run", {"--once"}, replica_level.dsn()));
+    EXPECT_EQ(run.code, 3) << describe(this, run.out, run.err);
+    EXPECT_NE(run.err.find("error: wal_level is replica on the source, not logical: ALTER SYSTEM "
+                           "SET wal_level = logical; then restart PostgreSQL"),
+              std::string::npos)
+        << run.err;
+    EXPECT_EQ(replica_level.query_value("postgres", "SELECT count(*) FROM pg_replication_slots"),
+              "0");
+}
+
+// Configuration errors through the binary: exit 2, the file, line and key named.
+TEST_F(Commands, ConfigurationErrorsNameTheFileLineAndKey) {
+    struct Case {
+        std::string toml;
+        std::string expected; // in stderr, with "<file>:<line>"
+    };
+    const std::vector<Case> cases = {
+        {"[source]\ndsn = \"x\"\nslot_name = \"s\"\n", "unknown key \"source.slot_name\" at "},
+        {"[snapshot]\nparallel_tables = \"four\"\n", "snapshot.parallel_tables"},
+        {"[apply]\nflush_interval = \"100 parsecs\"\n", "apply.flush_interval"},
+        {"[snapshot]\nbatch_bytes = \"4 parsecs\"\n", "snapshot.batch_bytes"},
+        {"[destination]\ndeletes = \"sometimes\"\n", "destination.deletes"},
+        {"[source]\ndsn = \"${PGTIDE_TEST_UNSET_VARIABLE}\"\n", "PGTIDE_TEST_UNSET_VARIABLE"},
+        {"[snapshot]\npage_rows = 0\n", "snapshot.page_rows"},
+    };
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+        const std::string path = (dir_ / ("bad" + std::to_string(i) + ".toml")).string();
+        {
+            std::ofstream f(path);
+            f << cases[i].toml;
+        }
+        for (const char* command : {"run", "check"}) {
+            const Result r = pgtide(args(command, {"-c", path}));
+            EXPECT_EQ(r.code, 2) << command << " " << cases[i].toml << describe(this, r.out, r.err);
+            EXPECT_NE(r.err.find(path + ":"), std::string::npos) << command << "\n" << r.err;
+            EXPECT_NE(r.err.find(cases[i].expected), std::string::npos) << command << "\n"
+                                                                        << r.err;
+        }
+    }
+}
+
 // ---- status ---------------------------------------------------------------------------------
 
 TEST_F(Commands, StatusAfterRunOnceShowsTheExactCheckpointAndTables) {
