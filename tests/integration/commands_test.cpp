@@ -442,12 +442,14 @@ TEST_F(Commands, CheckFailsForARoleWithoutReplicationAndWithoutSelect) {
     exec("DROP OWNED BY " + role + "; DROP ROLE " + role);
     EXPECT_EQ(r.code, 3) << describe(this, r.out, r.err);
     EXPECT_EQ(verdict_line(r.out, "FAIL role:"),
-              "FAIL role: role " + role + " has neither REPLICATION nor SUPERUSER; fix: ALTER ROLE \"" +
-                  role + "\" REPLICATION")
+              "FAIL role: role " + role +
+                  " has neither REPLICATION nor SUPERUSER; fix: ALTER ROLE \"" + role +
+                  "\" REPLICATION")
         << r.out;
     EXPECT_EQ(verdict_line(r.out, "FAIL select privilege:"),
-              "FAIL select privilege: role " + role + " cannot SELECT from public.a; fix: GRANT "
-                                                      "SELECT ON public.a TO \"" +
+              "FAIL select privilege: role " + role +
+                  " cannot SELECT from public.a; fix: GRANT "
+                  "SELECT ON public.a TO \"" +
                   role + "\"")
         << r.out;
 }
@@ -484,8 +486,9 @@ TEST_F(Commands, CheckFailsForASlotTheDestinationCannotProveItsOwn) {
         << r.out;
     EXPECT_NE(line.find(") and this destination cannot prove it created it; fix: drop it (SELECT "
                         "pg_drop_replication_slot('" +
-                        slot_ + "')), choose another source.slot, or set existing_slot = "
-                                "\"restart_snapshot\""),
+                        slot_ +
+                        "')), choose another source.slot, or set existing_slot = "
+                        "\"restart_snapshot\""),
               std::string::npos)
         << r.out;
 }
@@ -512,8 +515,9 @@ TEST_F(Commands, CheckFailsForADestinationThatCannotBeWritten) {
     r = pgtide(a);
     EXPECT_EQ(r.code, 2) << describe(this, r.out, r.err);
     EXPECT_EQ(verdict_line(r.out, "FAIL destination:"),
-              "FAIL destination: directory " + missing + " does not exist; fix: create it (mkdir -p " +
-                  missing + ") or fix destination.url")
+              "FAIL destination: directory " + missing +
+                  " does not exist; fix: create it (mkdir -p " + missing +
+                  ") or fix destination.url")
         << r.out;
 }
 
@@ -577,8 +581,7 @@ TEST_F(Commands, ConfigurationErrorsNameTheFileLineAndKey) {
             const Result r = pgtide(args(command, {"-c", path}));
             EXPECT_EQ(r.code, 2) << command << " " << cases[i].toml << describe(this, r.out, r.err);
             EXPECT_NE(r.err.find(path + ":"), std::string::npos) << command << "\n" << r.err;
-            EXPECT_NE(r.err.find(cases[i].expected), std::string::npos) << command << "\n"
-                                                                        << r.err;
+            EXPECT_NE(r.err.find(cases[i].expected), std::string::npos) << command << "\n" << r.err;
         }
     }
 }

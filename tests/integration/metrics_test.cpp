@@ -249,5 +249,64 @@ TEST_F(Metrics, CountsWhatTheRunAppliedAndRefusesABusyPort) {
     EXPECT_FALSE(http_get(port, "/metrics").has_value());
 }
 
+// Issue 7: a password given in the DSN (here through ${ENV} in the file) appears nowhere: not in
+// any command's output, not in debug-level JSON logs of a run, not in /metrics, not in the error
+// of a run that fails.
+TEST_F(Metrics, APasswordInTheDsnAppearsInNoOutputLogOrMetric) {
+    exec("CREATE TABLE t (id int PRIMARY KEY, v text)");
+    exec("INSERT INTO t VALUES (1, 'a')");
+    exec("CREATE PUBLICATION pub FOR TABLE t");
+    const std::string secret = "Pw4Tide-9f2c";
+    const std::string secret_dsn = dsn() + " password=" + secret;
+    const int port = free_port();
+    const auto path = (dir_ / "secret.toml").string();
+    {
+        std::ofstream f(path);
+        f << "[source]\ndsn = \"${PGTIDE_TEST_SECRET_DSN}\"\npublications = [\"pub\"]\nslot = \""
+          << slot() << "\"\n[destination]\nurl = \"sqlite:" << sqlite_path_
+          << "\"\n[metrics]\nlisten = \"127.0.0.1:" << port
+          << "\"\n[log]\nlevel = \"debug\"\nformat = \"json\"\n";
+    }
+    const std::vector<std::string> env{"PGTIDE_TEST_SECRET_DSN=" + secret_dsn};
+    std::string seen; // everything pgtide printed or served
+
+    {
+        PgtideProcess pgtide({"run", "-c", path}, env);
+        ASSERT_TRUE(wait_for_dest("SELECT phase FROM _pgtide_checkpoint", "streaming"))
+            << pgtide.stderr_text();
+        exec("INSERT INTO t VALUES (2, 'b')");
+        const Scrape s = wait_for_sample(port, "pgtide_applied_changes_total", "1");
+        EXPECT_EQ(s.at("pgtide_applied_changes_total"), "1") << pgtide.stderr_text();
+        seen += *metrics_body(port);
+        for (const char* command : {"status", "check"}) {
+            PgtideProcess other({command, "-c", path, "--json"}, env);
+            EXPECT_EQ(other.wait(), 0) << other.stdout_text() << other.stderr_text();
+            seen += other.stdout_text() + other.stderr_text();
+        }
+        pgtide.kill(SIGTERM);
+        EXPECT_EQ(pgtide.wait(), 0) << pgtide.stderr_text();
+        seen += pgtide.stdout_text() + pgtide.stderr_text();
+        // The debug log really is there (the grep below reads something).
+        EXPECT_NE(pgtide.stderr_text().find("\"level\":\"debug\""), std::string::npos)
+            << pgtide.stderr_text();
+    }
+    {
+        // A run that fails at the source: its error names the source, without the password.
+        exec("DROP PUBLICATION pub");
+        PgtideProcess failing({"run", "--once", "-c", path}, env);
+        EXPECT_EQ(failing.wait(), 3) << failing.stderr_text();
+        seen += failing.stdout_text() + failing.stderr_text();
+        PgtideProcess unreachable(
+            {"check", "-c", path},
+            {"PGTIDE_TEST_SECRET_DSN=host=127.0.0.1 port=1 password=" + secret});
+        EXPECT_EQ(unreachable.wait(), 3) << unreachable.stdout_text();
+        EXPECT_NE(unreachable.stdout_text().find("password=***"), std::string::npos)
+            << unreachable.stdout_text();
+        seen += unreachable.stdout_text() + unreachable.stderr_text();
+    }
+    EXPECT_GT(seen.size(), 2000u);
+    EXPECT_EQ(seen.find(secret), std::string::npos) << seen;
+}
+
 } // namespace
 } // namespace pgtide::testing
