@@ -363,7 +363,9 @@ Commands:
   status  [-c FILE] [--json]         checkpoint, lag (bytes, seconds), slot health, table states
   drop    [-c FILE] --yes            drop the slot(s) this destination owns
   resync  [-c FILE] [--wait] TABLE...  re-copy tables exactly
-  bench   [...]                      synthetic snapshot and stream throughput, side by side
+  bench   --source DSN [--scale F] [--to URL] [--json]
+                                     snapshot and stream throughput on your server, side by
+                                     side with plain clients (pgtide bench --help)
   help                               this text
   version                            the version
 

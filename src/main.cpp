@@ -14,6 +14,7 @@
 #include "io/when_all.hpp"
 #include "replicate/coordinator.hpp"
 #include "replicate/errors.hpp"
+#include "src/bench_command.hpp"
 #include "src/check_command.hpp"
 #include "src/command_line.hpp"
 #include "src/config.hpp"
@@ -154,6 +155,9 @@ int main(int argc, char** argv) {
         if (cl.command == app::Command::Version) {
             std::cout << "pgtide 0.1.0\n";
             return 0;
+        }
+        if (cl.command == app::Command::Bench) { // its own flags, no configuration
+            return app::run_bench(app::parse_bench_args(cl.bench_args));
         }
         const app::Config config = app::build_config(cl);
         io::set_log_options(io::LogLevel(int(config.log.level)),
