@@ -285,12 +285,15 @@ io::Task<void> SnapshotCopier::reader(SnapshotCopier* self, io::Channel<ApplyWor
     }
     while (self->next_work_ < self->work_.size()) {
         const Work work = self->work_[self->next_work_++];
-        co_await self->copy_range(conn, work, *out);
+        const bool applier_listens = co_await self->copy_range(conn, work, *out);
+        if (!applier_listens) {
+            co_return; // the applier stopped (and says why): reading on would be wasted work
+        }
     }
     co_await conn.exec("COMMIT");
 }
 
-io::Task<void> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
+io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
                                           io::Channel<ApplyWork>& out) {
     const std::size_t index = work.table;
     const SourceTable& st = tables_[index];
@@ -390,7 +393,10 @@ io::Task<void> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
                     batch_bytes >= options_.batch_bytes) {
                     total += std::int64_t(batch.rows.size());
                     ApplyWork full(std::move(batch)); // named: see tests/lint_layers.sh
-                    co_await out.send(std::move(full));
+                    const bool sent = co_await out.send(std::move(full));
+                    if (!sent) {
+                        co_return false;
+                    }
                     batch = CopyRows{index, {}};
                     batch_bytes = 0;
                 }
@@ -404,7 +410,10 @@ io::Task<void> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
     if (!batch.rows.empty()) {
         total += std::int64_t(batch.rows.size());
         ApplyWork rows(std::move(batch));
-        co_await out.send(std::move(rows));
+        const bool sent = co_await out.send(std::move(rows));
+        if (!sent) {
+            co_return false;
+        }
     }
     copy.in_flight -= 1;
     copy.rows += total;
@@ -417,8 +426,12 @@ io::Task<void> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
     // The last range of the table to finish reports it: every batch of every range is queued.
     if (copy.ranges_left == 0) {
         ApplyWork complete(CopyComplete{index, copy.rows});
-        co_await out.send(std::move(complete));
+        const bool sent = co_await out.send(std::move(complete));
+        if (!sent) {
+            co_return false;
+        }
     }
+    co_return true;
 }
 
 } // namespace pgtide::replicate

@@ -124,7 +124,9 @@ private:
                                                   int ranges, std::int64_t estimated_rows);
     static io::Task<void> reader(SnapshotCopier* self, io::Channel<ApplyWork>* out,
                                  io::PgConnection conn);
-    io::Task<void> copy_range(io::PgConnection& conn, Work work, io::Channel<ApplyWork>& out);
+    /// Copies one range into out; false when out was closed (the applier stopped) and the
+    /// copy was abandoned.
+    io::Task<bool> copy_range(io::PgConnection& conn, Work work, io::Channel<ApplyWork>& out);
     void check_stop() const;
 
     std::string dsn_;
