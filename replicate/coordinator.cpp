@@ -183,6 +183,54 @@ io::Task<void> consume(Applier* applier, io::Channel<ApplyWork>* channel) {
     }
 }
 
+// The published tables as the destination takes them. A PostgreSQL destination reads the
+// source's text output back with the same types (no canonical values in between, so nothing is
+// lost or reformatted) and keeps the source's schema (SQLite's default name folds it in).
+std::vector<std::shared_ptr<const schema::Table>>
+destination_tables(std::vector<SourceTable>& source_tables, bool source_text) {
+    if (source_tables.empty()) {
+        throw DefiniteError(ExitCode::SourceNotReady,
+                            "the publications list no tables; add tables to them "
+                            "(ALTER PUBLICATION ... ADD TABLE ...)");
+    }
+    for (auto& st : source_tables) {
+        st.table.source_text = source_text;
+        if (source_text &&
+            st.table.target == schema::default_target_name(st.table.schema, st.table.name)) {
+            st.table.target = st.table.schema + "." + st.table.name;
+        }
+    }
+    std::vector<std::shared_ptr<const schema::Table>> tables;
+    for (const auto& st : source_tables) {
+        tables.push_back(std::make_shared<const schema::Table>(st.table));
+        for (std::size_t c = 0; c < st.table.columns.size(); ++c) {
+            const bool binary =
+                !st.table.source_text && schema::has_binary_decoder(st.table.columns[c].type);
+            io::log_debug(binary ? "column copied in binary" : "column copied as text",
+                          {{"table", st.table.qualified()},
+                           {"column", st.table.columns[c].name},
+                           {"type", st.columns[c].type_sql}});
+        }
+    }
+    return tables;
+}
+
+// Creates what the destination lacks of the tables (and, for PostgreSQL, the user types their
+// columns use); columns missing from existing tables are added.
+io::Task<void> create_destination_tables(Destination* dest, SourceCatalog* catalog,
+                                         io::PgConnection* catalog_conn,
+                                         std::vector<SourceTable> source_tables) {
+    std::vector<schema::Table> plain_tables;
+    for (const auto& st : source_tables) {
+        plain_tables.push_back(st.table);
+    }
+    if (auto* postgres = dynamic_cast<PostgresDestination*>(dest)) {
+        std::vector<UserType> types = co_await catalog->user_types(*catalog_conn, source_tables);
+        co_await postgres->create_types(std::move(types));
+    }
+    co_await dest->create_tables(std::move(plain_tables));
+}
+
 } // namespace
 
 Coordinator::Coordinator(RunOptions options) : options_(std::move(options)) {}
@@ -268,34 +316,9 @@ io::Task<RunSummary> Coordinator::run_phases() {
     SourceCatalog catalog;
     std::vector<SourceTable> source_tables =
         co_await catalog.published_tables(catalog_conn, options_.publications, options_.tables);
-    if (source_tables.empty()) {
-        throw DefiniteError(ExitCode::SourceNotReady,
-                            "the publications list no tables; add tables to them "
-                            "(ALTER PUBLICATION ... ADD TABLE ...)");
-    }
-    // A PostgreSQL destination reads the source's text output back with the same types: no
-    // canonical values in between, so nothing is lost or reformatted.
     const bool source_text = !options_.postgres_url.empty();
-    for (auto& st : source_tables) {
-        st.table.source_text = source_text;
-        // PostgreSQL keeps the source's schema (SQLite's default name folds it into the name).
-        if (source_text &&
-            st.table.target == schema::default_target_name(st.table.schema, st.table.name)) {
-            st.table.target = st.table.schema + "." + st.table.name;
-        }
-    }
-    std::vector<std::shared_ptr<const schema::Table>> tables;
-    for (const auto& st : source_tables) {
-        tables.push_back(std::make_shared<const schema::Table>(st.table));
-        for (std::size_t c = 0; c < st.table.columns.size(); ++c) {
-            const bool binary =
-                !st.table.source_text && schema::has_binary_decoder(st.table.columns[c].type);
-            io::log_debug(binary ? "column copied in binary" : "column copied as text",
-                          {{"table", st.table.qualified()},
-                           {"column", st.table.columns[c].name},
-                           {"type", st.columns[c].type_sql}});
-        }
-    }
+    std::vector<std::shared_ptr<const schema::Table>> tables =
+        destination_tables(source_tables, source_text);
 
     const std::string slot = options_.slot;
     std::optional<Checkpoint> checkpoint = co_await dest->load_checkpoint(slot);
@@ -354,15 +377,7 @@ io::Task<RunSummary> Coordinator::run_phases() {
         checkpoint = fresh;
     }
 
-    std::vector<schema::Table> plain_tables;
-    for (const auto& t : tables) {
-        plain_tables.push_back(*t);
-    }
-    if (auto* postgres = dynamic_cast<PostgresDestination*>(dest.get())) {
-        std::vector<UserType> types = co_await catalog.user_types(catalog_conn, source_tables);
-        co_await postgres->create_types(std::move(types));
-    }
-    co_await dest->create_tables(std::move(plain_tables));
+    co_await create_destination_tables(dest.get(), &catalog, &catalog_conn, source_tables);
 
     ApplierOptions applier_options;
     applier_options.batch_rows = options_.apply_batch_rows;
@@ -427,6 +442,17 @@ io::Task<RunSummary> Coordinator::run_phases() {
                 io::log_info("created replication slot", {{"slot", slot},
                                                           {"lsn", created.consistent_lsn.str()},
                                                           {"epoch", std::to_string(epoch)}});
+                // The tables and columns to copy are read again now that the slot exists: a
+                // column added and written between start-up and the consistent point is in the
+                // exported snapshot, and the stream will never send those values. What is read
+                // now holds everything the snapshot can see (a column added later reads as
+                // NULL, or its default, in the snapshot's rows, as it does on the source).
+                source_tables = co_await catalog.published_tables(
+                    catalog_conn, options_.publications, options_.tables);
+                tables = destination_tables(source_tables, source_text);
+                co_await create_destination_tables(dest.get(), &catalog, &catalog_conn,
+                                                   source_tables);
+                applier.set_tables(tables);
                 co_await applier.start_epoch(epoch, created.consistent_lsn);
                 for (const auto& st : source_tables) {
                     metrics_.snapshot_estimates[st.table.qualified()] = st.estimated_rows;
