@@ -236,6 +236,24 @@ io::Task<void> Applier::apply(ApplyWork work) {
     }
 }
 
+io::Task<void> Applier::announce_slot(std::int64_t epoch, schema::Lsn from) {
+    Checkpoint next = next_checkpoint(checkpoint_.lsn);
+    next.epoch = epoch;
+    next.phase = Phase::Snapshot;
+    next.consistent_lsn = from;
+    next.lsn = schema::Lsn{};
+    const Checkpoint expected = checkpoint_;
+    std::vector<TableProgress> no_progress;
+    const bool ok = co_await destination_.commit(std::move(no_progress), expected, next);
+    if (!ok) {
+        throw DefiniteError(ExitCode::Fenced, "the checkpoint of slot " + expected.slot_name +
+                                                  " was changed by another process");
+    }
+    checkpoint_ = next;
+    complete_lsn_ = next.lsn;
+    publish_checkpoint(options_.metrics, checkpoint_);
+}
+
 io::Task<void> Applier::start_epoch(std::int64_t epoch, schema::Lsn consistent_lsn) {
     Checkpoint next = next_checkpoint(consistent_lsn);
     next.epoch = epoch;

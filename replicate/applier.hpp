@@ -67,6 +67,11 @@ public:
     /// Starts a new epoch: empties every target table and its state, records the slot's
     /// consistent LSN, phase snapshot. Commits. Suspends.
     io::Task<void> start_epoch(std::int64_t epoch, schema::Lsn consistent_lsn);
+    /// Records, before CREATE_REPLICATION_SLOT, that epoch `epoch` is about to create its slot at
+    /// or after WAL position `from` (phase snapshot, lsn unset, consistent_lsn = from), so that
+    /// a crash before start_epoch leaves a slot this destination can prove its own
+    /// (slot_proven_ours). The previous epoch is abandoned from here on.
+    io::Task<void> announce_slot(std::int64_t epoch, schema::Lsn from);
     /// Every table is copied: tables ready, tombstones gone, phase streaming at the consistent
     /// LSN. Commits. Suspends.
     io::Task<void> complete_snapshot();

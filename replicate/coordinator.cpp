@@ -406,9 +406,8 @@ io::Task<RunSummary> Coordinator::run_phases() {
         if (slot_info) {
             // Drop only a slot this destination proves it created for an unfinished epoch, or
             // one the user allowed us to replace.
-            const bool proven = checkpoint->phase == Phase::Snapshot &&
-                                checkpoint->consistent_lsn.valid() &&
-                                slot_info->confirmed_flush == checkpoint->consistent_lsn;
+            const bool proven =
+                checkpoint->phase == Phase::Snapshot && slot_proven_ours(*checkpoint, *slot_info);
             const bool replaceable = slot_info->slot_type == "logical" &&
                                      slot_info->plugin == "pgoutput" &&
                                      slot_info->database == identity.database;
@@ -437,6 +436,18 @@ io::Task<RunSummary> Coordinator::run_phases() {
             std::exception_ptr error;
             const std::int64_t epoch = applier.checkpoint().epoch + 1;
             try {
+                {
+                    // Announced first: a crash right after CREATE_REPLICATION_SLOT leaves a slot
+                    // the next run can prove its own (slot_proven_ours) and replace.
+                    io::PgResult at =
+                        co_await catalog_conn.exec("SELECT pg_current_wal_insert_lsn()::text");
+                    const std::optional<schema::Lsn> from = schema::Lsn::parse(at.get(0, 0));
+                    if (!from) {
+                        throw InternalError("pg_current_wal_insert_lsn() returned " +
+                                            std::string(at.get(0, 0)));
+                    }
+                    co_await applier.announce_slot(epoch, *from);
+                }
                 CreatedSlot created =
                     co_await replication.create_slot(slot, options_.temporary_slot);
                 io::log_info("created replication slot", {{"slot", slot},

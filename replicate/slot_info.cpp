@@ -7,6 +7,23 @@
 
 namespace pgtide::replicate {
 
+bool slot_proven_ours(const Checkpoint& checkpoint, const SlotInfo& slot) {
+    if (!slot.confirmed_flush) {
+        return false;
+    }
+    const schema::Lsn confirmed = *slot.confirmed_flush;
+    if (checkpoint.phase == Phase::Streaming) {
+        return !(checkpoint.lsn < confirmed);
+    }
+    if (!checkpoint.consistent_lsn.valid()) {
+        return false;
+    }
+    if (!checkpoint.lsn.valid()) { // announced: created at or after the recorded position
+        return !(confirmed < checkpoint.consistent_lsn);
+    }
+    return confirmed == checkpoint.consistent_lsn;
+}
+
 namespace {
 
 constexpr const char* kCurrentLsn =

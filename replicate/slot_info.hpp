@@ -7,6 +7,7 @@
 
 #include "io/pg_connection.hpp"
 #include "io/task.hpp"
+#include "replicate/checkpoint.hpp"
 #include "schema/lsn.hpp"
 
 namespace pgtide::replicate {
@@ -27,6 +28,16 @@ struct SlotInfo {
     /// The source's WAL position minus restart_lsn: the WAL this slot keeps from recycling.
     std::optional<std::int64_t> retained_bytes;
 };
+
+/// Whether the destination's checkpoint proves that this destination created `slot` (the caller
+/// checks its name, type, plugin and database):
+/// - streaming: the slot never confirmed past the checkpoint;
+/// - snapshot of a started epoch: the slot's consistent point is the recorded one;
+/// - snapshot announced but not started (checkpoint lsn unset, consistent_lsn = the WAL insert
+///   position read just before CREATE_REPLICATION_SLOT): a slot created since then, whose
+///   consistent point is at or after that position. This covers a crash between creating the
+///   slot and recording its consistent point.
+bool slot_proven_ours(const Checkpoint& checkpoint, const SlotInfo& slot);
 
 /// The slot named `slot`, or nullopt when the source has none. Suspends; throws io::PgError.
 io::Task<std::optional<SlotInfo>> read_slot_info(io::PgConnection& conn, std::string slot);

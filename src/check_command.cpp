@@ -463,10 +463,7 @@ io::Task<void> check_source(Config config, std::optional<replicate::Checkpoint> 
     }
     bool ours = false;
     if (checkpoint) {
-        ours = checkpoint->phase == replicate::Phase::Streaming
-                   ? (slot->confirmed_flush && *slot->confirmed_flush <= checkpoint->lsn)
-                   : (checkpoint->consistent_lsn.valid() &&
-                      slot->confirmed_flush == checkpoint->consistent_lsn);
+        ours = replicate::slot_proven_ours(*checkpoint, *slot);
     }
     if (!ours) {
         if (config.source.existing_slot == SourceConfig::ExistingSlot::RestartSnapshot &&

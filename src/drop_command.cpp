@@ -126,12 +126,7 @@ io::Task<DropReport> run_drop(Config config) {
                                 ", not the logical pgoutput slot pgtide created in " + database +
                                 "; nothing was dropped");
     }
-    const bool snapshot_slot = cp.phase == replicate::Phase::Snapshot &&
-                               cp.consistent_lsn.valid() &&
-                               info->confirmed_flush == cp.consistent_lsn;
-    const bool streaming_slot = cp.phase == replicate::Phase::Streaming && info->confirmed_flush &&
-                                *info->confirmed_flush <= cp.lsn;
-    if (!snapshot_slot && !streaming_slot) {
+    if (!replicate::slot_proven_ours(cp, *info)) {
         throw DefiniteError(
             ExitCode::Fenced,
             "replication slot " + slot + " has confirmed " +
