@@ -125,10 +125,13 @@ TEST_F(ReplicateToSqlite, WriteAfterConsistentPointIsStreamedNotCopied) {
 
     PgtideProcess pgtide(run_args(false));
     // The consistent LSN is committed to the destination before any row is copied; once it is
-    // there, every later write is after the slot's consistent point.
+    // there (lsn set: not only the announcement of the slot, whose consistent_lsn is the WAL
+    // position before CREATE_REPLICATION_SLOT), every later write is after the slot's
+    // consistent point.
     std::string consistent;
     for (int i = 0; i < 1200 && consistent.empty(); ++i) {
-        consistent = dest_value("SELECT consistent_lsn FROM _pgtide_checkpoint WHERE epoch = 1")
+        consistent = dest_value("SELECT consistent_lsn FROM _pgtide_checkpoint WHERE epoch = 1 "
+                                "AND lsn > 0")
                          .value_or("");
         if (consistent.empty()) {
             ASSERT_TRUE(pgtide.running()) << pgtide.stderr_text();

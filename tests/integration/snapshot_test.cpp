@@ -193,10 +193,12 @@ TEST_F(Snapshot, ReaderTerminatedMidCopyFinishesOnANewEpoch) {
     exec("INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, 20000) g");
     exec("CREATE PUBLICATION pub FOR TABLE big");
     PgtideProcess pgtide({"run", "--once", "--json", "-c", config()});
-    // Once the epoch is recorded, hold the destination: the reader then fills the channel and
-    // stalls mid-table (the writer waits on SQLite's busy timeout meanwhile).
+    // Once the epoch is recorded (its consistent point, not only its announcement: lsn set),
+    // hold the destination: the reader then fills the channel and stalls mid-table (the writer
+    // waits on SQLite's busy timeout meanwhile).
     ASSERT_TRUE(wait_for([&] {
-        return dest_value("SELECT count(*) FROM _pgtide_checkpoint WHERE epoch = 1") == "1";
+        return dest_value("SELECT count(*) FROM _pgtide_checkpoint WHERE epoch = 1 AND lsn > 0") ==
+               "1";
     })) << pgtide.stderr_text();
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open(sqlite_path_.c_str(), &db), SQLITE_OK);
