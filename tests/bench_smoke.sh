@@ -15,7 +15,7 @@ python3 - "$out/bench.json" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))
 problems = []
-want = {"snapshot", "stream", "live", "pg_snapshot", "pg_stream", "memory"}
+want = {"snapshot", "stream_txn10", "stream_txn1000", "live", "pg_snapshot", "pg_stream", "memory"}
 got = [s["scenario"] for s in doc["scenarios"]]
 if set(got) != want:
     problems.append(f"scenarios {sorted(got)}, expected {sorted(want)}")
