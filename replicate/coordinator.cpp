@@ -20,6 +20,7 @@
 #include "replicate/session.hpp"
 #include "replicate/slot_info.hpp"
 #include "replicate/snapshot_copier.hpp"
+#include "replicate/spool.hpp"
 #include "replicate/sqlite_writer.hpp"
 #include "replicate/stream.hpp"
 #include "schema/codec.hpp"
@@ -553,6 +554,13 @@ io::Task<RunSummary> Coordinator::run_phases() {
             }
         }
     }
+    // Streamed in-progress transactions wait in files until they end. A failed run deletes
+    // its files when the spool is destroyed; a clean one also removes the directory.
+    std::optional<Spool> spool;
+    if (options_.stream_large_transactions) {
+        spool.emplace(Spool::directory_for(options_.spool_dir, slot), &metrics_);
+        co_await spool->open();
+    }
     std::chrono::milliseconds backoff{100};
     // Since when the source has been unreachable (unset while streaming works): the
     // reconnect deadline counts from the loss, not from the start of streaming.
@@ -580,7 +588,8 @@ io::Task<RunSummary> Coordinator::run_phases() {
                 }
             }
             const schema::Lsn start = applier.checkpoint().lsn;
-            co_await replication.start(slot, start, options_.publications, binary);
+            co_await replication.start(slot, start, options_.publications, binary,
+                                       spool.has_value());
             io::log_info("streaming", {{"slot", slot}, {"lsn", start.str()}});
             metrics_.phase = Metrics::Phase::Streaming;
             backoff = std::chrono::milliseconds(100);
@@ -593,6 +602,7 @@ io::Task<RunSummary> Coordinator::run_phases() {
                 std::max(std::chrono::milliseconds(10), options_.flush_interval / 2);
             stream_options.stop_at = target;
             stream_options.metrics = &metrics_;
+            stream_options.spool = spool ? &*spool : nullptr;
             Stream stream(replication, catalog_conn, catalog, tables, start,
                           &applier.checkpoint().lsn, &stop_requested_, stream_options);
             applier.set_stream(&replication);
@@ -643,6 +653,9 @@ io::Task<RunSummary> Coordinator::run_phases() {
     }
 
     metrics_.phase = Metrics::Phase::Stopping;
+    if (spool) {
+        co_await spool->close();
+    }
     co_await applier.release_lease();
     RunSummary summary;
     summary.tables_copied = applier.stats().tables_copied;

@@ -11,7 +11,9 @@
 //    marked ready and the phase becomes streaming at C, in one commit.
 // 3. Stream from the checkpoint LSN on the same slot. A lost connection after the snapshot is
 //    an ordinary reconnect (backoff with jitter, capped at 10 s): the destination transaction
-//    in progress is rolled back and the stream restarts at the durable checkpoint.
+//    in progress is rolled back and the stream restarts at the durable checkpoint. The spool
+//    directory of streamed transactions is cleared of a crashed run's files only now, once
+//    this process is known to own the slot, and emptied again when the run ends.
 #pragma once
 
 #include <chrono>
@@ -47,6 +49,12 @@ struct RunOptions {
     // [stream], [apply]
     std::chrono::milliseconds status_interval{10000};
     bool stream_binary = false;
+    /// stream.large_transactions = "stream": ask for streaming 'on' and spool in-progress
+    /// transactions to files until they end; false ("off"): the source sends them at commit.
+    bool stream_large_transactions = true;
+    /// stream.spool_dir: the spool files live in its subdirectory pgtide-spool-<slot>; empty
+    /// means $TMPDIR, else /tmp.
+    std::string spool_dir;
     std::chrono::milliseconds heartbeat_interval{10000};
     std::chrono::milliseconds flush_interval{100};
     std::int64_t apply_batch_rows = 10000;

@@ -161,6 +161,14 @@ std::string render_metrics(const Metrics& m, std::chrono::system_clock::time_poi
     if (m.last_error_unix_s != 0) {
         w.sample("last_error_timestamp_seconds", m.last_error_unix_s);
     }
+
+    w.head("streamed_transactions_total", "counter",
+           "Large transactions the source streamed while in progress, by how they ended.");
+    w.sample("streamed_transactions_total{outcome=\"committed\"}", m.streamed_committed);
+    w.sample("streamed_transactions_total{outcome=\"aborted\"}", m.streamed_aborted);
+    w.head("spooled_bytes_total", "counter",
+           "Bytes of streamed transactions written to spool files.");
+    w.sample("spooled_bytes_total", m.spooled_bytes);
     return w.take();
 }
 

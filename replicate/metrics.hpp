@@ -45,6 +45,10 @@ struct Metrics {
     Histogram commit_seconds;
     std::int64_t reconnects = 0;
     std::int64_t last_error_unix_s = 0; ///< 0: none
+    /// Streamed in-progress transactions (stream.large_transactions = "stream") that ended.
+    std::int64_t streamed_committed = 0;
+    std::int64_t streamed_aborted = 0;
+    std::uint64_t spooled_bytes = 0; ///< written to spool files, aborted parts included
 };
 
 /// The Prometheus text exposition (version 0.0.4) of `m` at `now`: every metric with HELP and

@@ -486,6 +486,18 @@ PgOutputDecoder::PgOutputDecoder(int proto_version, bool streaming_parallel)
     }
 }
 
+void PgOutputDecoder::enter_stream_block(std::uint32_t xid) {
+    if (proto_version_ < kStreamingProtoVersion) {
+        throw std::logic_error("pgoutput proto_version " + std::to_string(proto_version_) +
+                               " has no stream blocks");
+    }
+    if (stream_xid_) {
+        throw std::logic_error("the stream block of xid " + std::to_string(*stream_xid_) +
+                               " is already open");
+    }
+    stream_xid_ = xid;
+}
+
 PgOutputMessage PgOutputDecoder::decode(std::string_view payload) {
     if (payload.empty()) {
         throw ProtocolError("pgoutput", '\0', 0, "empty message");

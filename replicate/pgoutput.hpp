@@ -239,6 +239,11 @@ public:
     /// throws leaves the decoder's state unchanged.
     PgOutputMessage decode(std::string_view payload);
 
+    /// Decodes what follows as the inside of a stream block of top-level transaction `xid`, as
+    /// if its Stream Start had just been decoded: how the messages of a spooled streamed
+    /// transaction are read back. Throws std::logic_error inside a block.
+    void enter_stream_block(std::uint32_t xid);
+
     /// True between a Stream Start and its Stream Stop.
     bool in_stream_block() const { return stream_xid_.has_value(); }
     /// The top-level xid of the open stream block, if any.

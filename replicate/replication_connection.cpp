@@ -78,7 +78,8 @@ io::Task<CreatedSlot> ReplicationConnection::create_slot(std::string name, bool 
 }
 
 io::Task<void> ReplicationConnection::start(std::string slot, schema::Lsn start,
-                                            std::vector<std::string> publications, bool binary) {
+                                            std::vector<std::string> publications, bool binary,
+                                            bool streaming) {
     const int v = conn_.server_version();
     proto_version_ = v >= 160000 ? 4 : v >= 150000 ? 3 : v >= 140000 ? 2 : 1;
     std::string sql = "START_REPLICATION SLOT " + schema::quote_identifier(slot) + " LOGICAL " +
@@ -88,6 +89,9 @@ io::Task<void> ReplicationConnection::start(std::string slot, schema::Lsn start,
         sql += ", messages 'true'";
         if (binary) {
             sql += ", binary 'true'";
+        }
+        if (streaming) {
+            sql += ", streaming 'on'"; // a boolean on 14 and 15, which read 'on' as true
         }
     }
     sql += ")";

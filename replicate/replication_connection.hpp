@@ -52,9 +52,11 @@ public:
     io::Task<CreatedSlot> create_slot(std::string name, bool temporary);
 
     /// START_REPLICATION SLOT name LOGICAL start (proto_version, publication_names, messages).
-    /// Negotiates the highest protocol version this server speaks. Suspends.
+    /// Negotiates the highest protocol version this server speaks. With `streaming` (and a
+    /// server of 14 or later), asks for streaming 'on': large in-progress transactions arrive
+    /// in stream blocks. Suspends.
     io::Task<void> start(std::string slot, schema::Lsn start, std::vector<std::string> publications,
-                         bool binary);
+                         bool binary, bool streaming = false);
 
     /// The pgoutput protocol version `start` asked for.
     int proto_version() const { return proto_version_; }

@@ -4,6 +4,7 @@
 #include "io/log.hpp"
 #include "replicate/errors.hpp"
 #include "replicate/metrics.hpp"
+#include "replicate/spool.hpp"
 #include "schema/codec.hpp"
 
 namespace pgtide::replicate {
@@ -12,6 +13,24 @@ namespace {
 
 std::string source_name(const std::string& schema, const std::string& name) {
     return schema + "." + name;
+}
+
+// The messages of a stream block that its transaction's spool keeps: the changes, and the
+// Relation messages in force for them. Type, Origin and transactional Message are of no use.
+bool spooled_in_block(std::string_view payload) {
+    if (payload.empty()) {
+        return false;
+    }
+    switch (payload[0]) {
+    case 'R':
+    case 'I':
+    case 'U':
+    case 'D':
+    case 'T':
+        return true;
+    default:
+        return false;
+    }
 }
 
 void note_source_position(Metrics* metrics, schema::Lsn wal_end) {
@@ -41,6 +60,10 @@ io::Task<void> Stream::send_status(bool reply) {
 
 io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
     decoder_ = std::make_unique<PgOutputDecoder>(replication_.proto_version());
+    if (options_.spool != nullptr) {
+        // Transactions a previous session left open are resent from their start.
+        co_await options_.spool->discard_all();
+    }
     last_received_ = std::chrono::steady_clock::now();
     while (!done_) {
         if (out.closed()) {
@@ -340,8 +363,141 @@ bool Stream::collect_change(const PgOutputMessage& msg) {
     return true;
 }
 
+io::Task<void> Stream::follow_relation(pgoutput::Relation rel, io::Channel<ApplyWork>& out) {
+    co_await on_relation(std::move(rel));
+    if (pending_schema_change_) {
+        co_await flush_batch(out);
+        // Named, not a braced temporary inside co_await: GCC 12 released the table's
+        // shared_ptr once too often there (ASan: use after free of the table).
+        SchemaChange change;
+        change.table = std::move(pending_schema_change_);
+        ApplyWork work(std::move(change));
+        co_await out.send(std::move(work));
+    }
+}
+
+io::Task<void> Stream::on_stream_start(pgoutput::StreamStart start) {
+    if (options_.spool == nullptr) {
+        throw InternalError("pgoutput streamed transaction " + std::to_string(start.xid) +
+                            " although streaming was not requested");
+    }
+    if (in_transaction_) {
+        throw InternalError("pgoutput Stream Start inside an open transaction");
+    }
+    if (!start.first_segment && !options_.spool->holds(start.xid)) {
+        throw InternalError("pgoutput continued streamed transaction " + std::to_string(start.xid) +
+                            ", whose first segment never came");
+    }
+    co_await options_.spool->start_block(start.xid, start.first_segment);
+}
+
+io::Task<void> Stream::on_stream_abort(pgoutput::StreamAbort abort) {
+    if (options_.spool == nullptr) {
+        throw InternalError("pgoutput Stream Abort although streaming was not requested");
+    }
+    if (abort.xid == abort.subxid && options_.spool->holds(abort.xid) &&
+        options_.metrics != nullptr) {
+        options_.metrics->streamed_aborted += 1;
+    }
+    const std::uint64_t before = options_.spool->size_of(abort.xid);
+    co_await options_.spool->abort(abort.xid, abort.subxid);
+    io::log_debug(abort.xid == abort.subxid ? "streamed transaction aborted"
+                                            : "streamed subtransaction aborted",
+                  {{"xid", std::to_string(abort.xid)},
+                   {"subxid", std::to_string(abort.subxid)},
+                   {"bytes_before", std::to_string(before)},
+                   {"bytes_after", std::to_string(options_.spool->size_of(abort.xid))}});
+}
+
+io::Task<void> Stream::on_stream_commit(pgoutput::StreamCommit commit,
+                                        io::Channel<ApplyWork>& out) {
+    Spool* spool = options_.spool;
+    if (spool == nullptr || !spool->holds(commit.xid)) {
+        throw InternalError("pgoutput Stream Commit of transaction " + std::to_string(commit.xid) +
+                            ", which was not streamed in this session");
+    }
+    if (in_transaction_) {
+        throw InternalError("pgoutput Stream Commit inside an open transaction");
+    }
+    received_ = std::max(received_, commit.end_lsn);
+    version_ = commit.commit_lsn;
+    // The spooled messages were sent inside stream blocks: each carries its xid.
+    PgOutputDecoder replay(decoder_->proto_version());
+    replay.enter_stream_block(commit.xid);
+    if (commit.commit_lsn < start_) {
+        // Applied before the checkpoint. Its Relation messages still count: pgoutput takes
+        // them as sent once the transaction commits, and may not send them again.
+        const std::vector<std::string> relations = spool->relations(commit.xid);
+        for (const std::string& bytes : relations) {
+            PgOutputMessage msg = replay.decode(bytes);
+            co_await follow_relation(std::get<pgoutput::Relation>(std::move(msg)), out);
+        }
+    } else {
+        const std::uint64_t bytes = spool->size_of(commit.xid);
+        io::log_info("applying a streamed transaction", {{"xid", std::to_string(commit.xid)},
+                                                         {"lsn", commit.commit_lsn.str()},
+                                                         {"bytes", std::to_string(bytes)}});
+        for (;;) {
+            std::optional<std::string_view> record = co_await spool->next(commit.xid);
+            if (!record) {
+                break;
+            }
+            if (out.closed()) {
+                co_return; // the applier stopped: its error ends the run
+            }
+            PgOutputMessage msg = replay.decode(*record);
+            if (auto* r = std::get_if<pgoutput::Relation>(&msg)) {
+                pgoutput::Relation rel = std::move(*r);
+                co_await follow_relation(std::move(rel), out);
+            } else if (collect_change(msg)) {
+                batch_commit_.reset();
+                if (std::int64_t(batch_.size()) >= options_.batch_rows) {
+                    co_await flush_batch(out);
+                }
+            }
+            // A long replay reads nothing from the source: keep the walsender from timing out.
+            if (std::chrono::steady_clock::now() - last_status_ >= options_.status_interval) {
+                co_await send_status(false);
+            }
+        }
+        batch_commit_ = SourceCommit{commit.end_lsn, commit.commit_time};
+        ++batch_transactions_;
+    }
+    co_await spool->discard(commit.xid);
+    if (options_.metrics != nullptr) {
+        options_.metrics->streamed_committed += 1;
+    }
+    if (options_.stop_at && commit.end_lsn >= *options_.stop_at) {
+        reached_target_ = true;
+        done_ = true;
+    }
+}
+
 io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWork>& out) {
+    if (decoder_->in_stream_block() && spooled_in_block(payload)) {
+        co_await options_.spool->append(payload); // decoded at Stream Commit
+        co_return;
+    }
     PgOutputMessage msg = decoder_->decode(payload);
+    if (auto* start = std::get_if<pgoutput::StreamStart>(&msg)) {
+        co_await on_stream_start(*start);
+        co_return;
+    }
+    if (std::holds_alternative<pgoutput::StreamStop>(msg)) {
+        co_await options_.spool->stop_block();
+        co_return;
+    }
+    if (auto* commit = std::get_if<pgoutput::StreamCommit>(&msg)) {
+        co_await on_stream_commit(*commit, out);
+        co_return;
+    }
+    if (auto* abort = std::get_if<pgoutput::StreamAbort>(&msg)) {
+        co_await on_stream_abort(*abort);
+        co_return;
+    }
+    if (decoder_->in_stream_block()) {
+        co_return; // Type, Origin, Message of a streamed transaction
+    }
     if (auto* b = std::get_if<pgoutput::Begin>(&msg)) {
         if (in_transaction_) {
             throw InternalError("pgoutput Begin inside an open transaction");
@@ -373,16 +529,8 @@ io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWor
         co_return;
     }
     if (auto* r = std::get_if<pgoutput::Relation>(&msg)) {
-        co_await on_relation(std::move(*r));
-        if (pending_schema_change_) {
-            co_await flush_batch(out);
-            // Named, not a braced temporary inside co_await: GCC 12 released the table's
-            // shared_ptr once too often there (ASan: use after free of the table).
-            SchemaChange change;
-            change.table = std::move(pending_schema_change_);
-            ApplyWork work(std::move(change));
-            co_await out.send(std::move(work));
-        }
+        pgoutput::Relation rel = std::move(*r);
+        co_await follow_relation(std::move(rel), out);
         co_return;
     }
     if (auto* m = std::get_if<pgoutput::Message>(&msg)) {

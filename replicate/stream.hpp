@@ -5,6 +5,16 @@
 // ordered, so such a transaction ended at or before the checkpoint), answers keepalives with
 // the durable checkpoint, and reports idle positions only when no transaction is open, since
 // only then has everything before a keepalive's WAL end been received.
+//
+// Streamed transactions (a Spool in the options, streaming 'on'): the changes and Relation
+// messages of a stream block go to the transaction's spool file undecoded. Stream Commit reads
+// them back and decodes them then, Relation messages included, so that each change meets the
+// relation map in force when it was sent, whatever committed in between; the transaction then
+// travels to the applier exactly as a non-streamed one with that commit would (version
+// commit_lsn, checkpoint end_lsn, skipped when its commit LSN is below the start), and its
+// file is deleted. Stream Abort deletes or truncates the file. Open streamed transactions are
+// no transaction of the reader: idle positions and stops may fall between their blocks, since
+// the server resends every transaction that had not ended when streaming restarts.
 #pragma once
 
 #include <chrono>
@@ -26,6 +36,7 @@
 namespace pgtide::replicate {
 
 struct Metrics;
+class Spool;
 
 struct StreamOptions {
     std::int64_t batch_rows = 1000;
@@ -38,6 +49,9 @@ struct StreamOptions {
     std::chrono::milliseconds batch_linger{2};
     std::optional<schema::Lsn> stop_at; ///< --once: stop once everything before it is applied
     Metrics* metrics = nullptr;         ///< records the source's WAL end, if set
+    /// Where streamed in-progress transactions wait for their end; set exactly when
+    /// START_REPLICATION asked for streaming. Emptied when the stream starts.
+    Spool* spool = nullptr;
 };
 
 class Stream {
@@ -59,6 +73,12 @@ public:
 private:
     io::Task<void> on_message(std::string_view payload, io::Channel<ApplyWork>& out);
     io::Task<void> on_relation(pgoutput::Relation rel);
+    /// on_relation, then the schema change it caused (if any) to the applier.
+    io::Task<void> follow_relation(pgoutput::Relation rel, io::Channel<ApplyWork>& out);
+    io::Task<void> on_stream_start(pgoutput::StreamStart start);
+    io::Task<void> on_stream_abort(pgoutput::StreamAbort abort);
+    /// Replays the spooled transaction as one source transaction, then deletes its file.
+    io::Task<void> on_stream_commit(pgoutput::StreamCommit commit, io::Channel<ApplyWork>& out);
     void install_relation(const pgoutput::Relation& rel, const std::vector<schema::TypeRef>& types,
                           const std::vector<std::string>& type_sql);
     /// Appends the changes of an Insert/Update/Delete/Truncate to the batch; false for any

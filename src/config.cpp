@@ -30,7 +30,7 @@ constexpr std::string_view kSnapshotKeys[] = {"parallel_tables", "page_rows",   
                                               "batch_bytes",     "max_row_bytes", "max_attempts",
                                               "split_rows"};
 constexpr std::string_view kStreamKeys[] = {"heartbeat_interval", "status_interval",
-                                            "large_transactions", "binary"};
+                                            "large_transactions", "binary", "spool_dir"};
 constexpr std::string_view kApplyKeys[] = {"flush_interval", "batch_rows", "batch_bytes"};
 constexpr std::string_view kMetricsKeys[] = {"listen"};
 constexpr std::string_view kLogKeys[] = {"format", "level"};
@@ -470,6 +470,13 @@ void read_stream(const Section& s, StreamConfig& stream) {
     assign(stream.status_interval, s.duration("status_interval"));
     assign(stream.large_transactions, s.word("large_transactions", kLargeTransactionsWords));
     assign(stream.binary, s.boolean("binary"));
+    if (auto dir = s.string("spool_dir")) {
+        if (dir->empty()) {
+            s.fail("spool_dir", *s.find("spool_dir"),
+                   "must name a directory (leave it out for $TMPDIR or /tmp)");
+        }
+        stream.spool_dir = std::move(*dir);
+    }
 }
 
 void read_apply(const Section& s, ApplyConfig& apply) {
@@ -686,6 +693,9 @@ void validate(const Config& config) {
     }
     check_positive("stream.heartbeat_interval", config.stream.heartbeat_interval);
     check_positive("stream.status_interval", config.stream.status_interval);
+    if (config.stream.spool_dir.find('\0') != std::string::npos) {
+        throw ConfigError("stream.spool_dir must not contain a NUL character");
+    }
     check_positive("apply.flush_interval", config.apply.flush_interval);
     check_positive("apply.batch_rows", config.apply.batch_rows);
     if (config.apply.batch_bytes == 0) {

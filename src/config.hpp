@@ -63,6 +63,9 @@ struct StreamConfig {
     enum class LargeTransactions { Stream, Off } large_transactions = LargeTransactions::Stream;
     /// Ask pgoutput for binary column values when every published type has a binary decoder.
     bool binary = false;
+    /// Where streamed transactions are spooled (in its subdirectory pgtide-spool-<slot>); empty
+    /// means $TMPDIR, else /tmp.
+    std::string spool_dir = {};
 
     bool operator==(const StreamConfig&) const = default;
 };

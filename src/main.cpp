@@ -50,6 +50,9 @@ pgtide::replicate::RunOptions run_options(const pgtide::app::Config& c,
     o.split_rows = c.snapshot.split_rows;
     o.status_interval = c.stream.status_interval;
     o.stream_binary = c.stream.binary;
+    o.stream_large_transactions =
+        c.stream.large_transactions == pgtide::app::StreamConfig::LargeTransactions::Stream;
+    o.spool_dir = c.stream.spool_dir;
     o.heartbeat_interval = c.stream.heartbeat_interval;
     o.flush_interval = c.apply.flush_interval;
     o.apply_batch_rows = c.apply.batch_rows;

@@ -74,6 +74,7 @@ TEST(Config, Defaults) {
     EXPECT_EQ(c.stream.heartbeat_interval, 10s);
     EXPECT_EQ(c.stream.status_interval, 10s);
     EXPECT_EQ(c.stream.large_transactions, StreamConfig::LargeTransactions::Stream);
+    EXPECT_EQ(c.stream.spool_dir, "");
     EXPECT_EQ(c.apply.flush_interval, 100ms);
     EXPECT_EQ(c.apply.batch_rows, 10000);
     EXPECT_EQ(c.apply.batch_bytes, 16u * 1024 * 1024);
@@ -114,6 +115,7 @@ split_rows = 250000
 heartbeat_interval = "30s"
 status_interval = "1m30s"
 large_transactions = "off"
+spool_dir = "/var/spool/pgtide"
 
 [apply]
 flush_interval = "250ms"
@@ -156,7 +158,8 @@ name = "customers"
                                        .split_rows = 250000};
     expected.stream = StreamConfig{.heartbeat_interval = 30s,
                                    .status_interval = 90s,
-                                   .large_transactions = StreamConfig::LargeTransactions::Off};
+                                   .large_transactions = StreamConfig::LargeTransactions::Off,
+                                   .spool_dir = "/var/spool/pgtide"};
     expected.apply =
         ApplyConfig{.flush_interval = 250ms, .batch_rows = 500, .batch_bytes = 1000000000};
     expected.metrics.listen = "127.0.0.1:9187";
@@ -206,6 +209,7 @@ TEST(Config, TheExampleFilesCommentedKeysParse) {
     const Config c = parse_config(text, "uncommented.toml");
     EXPECT_EQ(c.source.reconnect_deadline, 5min);
     EXPECT_EQ(c.metrics.listen, "127.0.0.1:9187");
+    EXPECT_EQ(c.stream.spool_dir, "/var/tmp");
     ASSERT_EQ(c.tables.size(), 1u);
     EXPECT_EQ(c.tables[0].name, "public.orders");
     EXPECT_EQ(c.tables[0].target, "orders");
@@ -473,6 +477,19 @@ TEST(ConfigValidate, NumbersMustBePositive) {
     c = minimal();
     c.source.reconnect_deadline = -1ms;
     EXPECT_EQ(validate_error(c), "source.reconnect_deadline must be longer than 0 (found -1ms)");
+}
+
+TEST(ConfigValidate, SpoolDirectory) {
+    Config c = minimal();
+    c.stream.spool_dir = "/var/spool/pgtide";
+    EXPECT_NO_THROW(validate(c));
+    c.stream.spool_dir = std::string("/tmp/a\0b", 8);
+    EXPECT_EQ(validate_error(c), "stream.spool_dir must not contain a NUL character");
+    EXPECT_EQ(parse_error("[stream]\nspool_dir = \"\"\n"),
+              "stream.spool_dir must name a directory (leave it out for $TMPDIR or /tmp) at "
+              "pgtide.toml:2");
+    EXPECT_EQ(parse_error("[stream]\nspool_dir = 3\n"),
+              "stream.spool_dir must be a string (found integer) at pgtide.toml:2");
 }
 
 TEST(ConfigValidate, Tables) {

@@ -603,6 +603,24 @@ TEST(PgOutputDecoder, ChangesInsideAStreamBlockCarryTheirXid) {
     EXPECT_EQ(decoder.stream_xid(), std::nullopt);
 }
 
+TEST(PgOutputDecoder, EnterStreamBlockReadsSpooledMessagesBack) {
+    // How a spooled streamed transaction is decoded at its commit: no Stream Start comes.
+    PgOutputDecoder decoder(2);
+    decoder.enter_stream_block(900);
+    EXPECT_TRUE(decoder.in_stream_block());
+    EXPECT_EQ(decoder.stream_xid(), 900u);
+    const std::string insert_bytes =
+        Writer().byte('I').i32(901).i32(kT1).byte('N').i16(1).text_column("v").bytes();
+    const auto insert = decoder.decode(insert_bytes);
+    EXPECT_EQ(as<Insert>(insert).xid, 901u);
+    EXPECT_EQ(render(as<Insert>(insert).new_tuple), "t:v");
+    EXPECT_THROW(decoder.enter_stream_block(902), std::logic_error);
+    EXPECT_EQ(decoder.stream_xid(), 900u);
+    PgOutputDecoder v1(1);
+    EXPECT_THROW(v1.enter_stream_block(900), std::logic_error);
+    EXPECT_FALSE(v1.in_stream_block());
+}
+
 TEST(PgOutputDecoder, ParallelStreamAbortCarriesLsnAndTime) {
     PgOutputDecoder decoder(4, /*streaming_parallel=*/true);
     const auto m = decoder.decode(
