@@ -283,6 +283,12 @@ protected:
 // MiB of room for each destination file). Fails if a destination error while streaming leaves
 // pgtide running (the stream must stop once the applier has failed), if the applier advances the
 // checkpoint after a failed commit, or if feedback confirms the slot past the checkpoint.
+//
+// Broken on purpose once, then reverted: SqliteDestination::commit
+// (replicate/sqlite_destination.cpp) ignored a failed COMMIT: `sqlite3_step(commit_.get());`
+// instead of `step(commit_.get(), "COMMIT")`. pgtide exited 4 ("... was changed by another
+// process"), not 1 with "database or disk is full"; "the slot was confirmed past the checkpoint"
+// (35381088 vs 26513256); the final comparison: source 19812 rows, destination 2438.
 TEST_F(Faults, DiskFullWhileStreamingStopsAtTheCheckpointAndLosesNothing) {
     create_t();
     PgtideProcess pgtide(run_args(false), full_disk_env(2 << 20));
@@ -383,6 +389,11 @@ TEST_F(Faults, ReadOnlyFileOrDirectoryIsRefusedAtStartAndLosesNothing) {
 // pgtide's busy timeout (5 s) while changes arrive. Fails if pgtide keeps running without a word
 // after its write failed, or if it advances the checkpoint or the slot past the changes it could
 // not write.
+//
+// Broken on purpose once, then reverted: is_connection_loss (replicate/coordinator.cpp) took a
+// busy destination for a lost connection, to be retried: `catch (const DestinationError& de)
+// { return de.kind() == DestinationErrorKind::Busy; }`. pgtide retried instead of stopping:
+// "pgtide still runs 30 s after its destination stayed locked past the busy timeout".
 TEST_F(Faults, DestinationLockedByAnotherWriterStopsPgtideAndLosesNothing) {
     create_t();
     PgtideProcess pgtide(run_args(false));
@@ -419,6 +430,10 @@ TEST_F(Faults, DestinationLockedByAnotherWriterStopsPgtideAndLosesNothing) {
 // role and database settings), so the copy finishes in its first epoch. Fails if the session
 // options stop pinning them (replicate/session.hpp): the reader would be cancelled with SQLSTATE
 // 57014, which pgtide treats as a definite error (exit 1).
+//
+// Broken on purpose once, then reverted: kSessionOptions (replicate/session.hpp) without
+// "-c statement_timeout=0". `ASSERT_EQ(code, 0)` failed, the run exited 1: "canceling statement
+// due to statement timeout (SQLSTATE 57014)".
 TEST_F(Faults, RoleStatementTimeoutDoesNotCancelTheSnapshotReaders) {
     exec("CREATE TABLE big (id int PRIMARY KEY, v text)");
     exec("INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, 100000) g");
@@ -486,6 +501,11 @@ TEST_F(Faults, SlotDroppedWhileStoppedExitsFiveThenResnapshotRecovers) {
 // Fails if an invalidated slot is not exit 5, if the message does not name
 // max_slot_wal_keep_size and the way out, if that run moves the checkpoint, or if
 // `run --resnapshot` does not recover to equality once the setting is back.
+//
+// Broken on purpose once, then reverted: slot_lost_message (replicate/slot_info.cpp) looked only
+// at invalidation_reason, which PostgreSQL 15 does not report: `if (reason.empty())` instead of
+// `if (info->wal_status != "lost" && reason.empty())`. START_REPLICATION failed instead: exit 1,
+// not 5, with "cannot read from logical replication slot ..." and no "was invalidated".
 TEST_F(Faults, SlotInvalidatedByMaxSlotWalKeepSizeExitsFiveThenResnapshotRecovers) {
     create_t();
     run_once();

@@ -162,6 +162,13 @@ TEST_F(NetworkFaults, ProxyForwardsDelaysAndRefuses) {
 
 // (1) Three cuts at different points of a workload: early in a stream of small transactions,
 // late in it, and while one large transaction is on its way under added latency.
+//
+// Broken on purpose once, then reverted: is_connection_loss (replicate/coordinator.cpp) without
+// `pe.connection_lost ||`: pgtide stopped at the first cut with the error "reading from the
+// server: server closed the connection unexpectedly"; `wait_reconnected(pgtide, cuts)` failed.
+// (Resuming from the last WAL position received, `max(checkpoint, metrics_.source_wal_end)`,
+// was not caught: when the stream ends the applier first commits every complete transaction it
+// holds, so the two positions differ by at most a transaction in flight, sent again whole.)
 TEST_F(NetworkFaults, CutsWhileStreamingReconnectAndLoseNothing) {
     exec("CREATE TABLE t (id int PRIMARY KEY, v bigint, note text)");
     exec("INSERT INTO t SELECT g, g, 'snap' FROM generate_series(1, 100) g");
@@ -285,6 +292,10 @@ TEST_F(NetworkFaults, HalfCloseTowardTheClientRecovers) {
 
 // (4) The source stays unreachable past source.reconnect_deadline: a clear error and exit 1
 // soon after the deadline; once the source is reachable again, a new run ends equal.
+//
+// Broken on purpose once, then reverted: Coordinator::run_phases (replicate/coordinator.cpp)
+// restarted the deadline's clock at every failed attempt: `unreachable_since = now;` without
+// `if (!unreachable_since)`. pgtide kept retrying: "still running 60 s after the cut".
 TEST_F(NetworkFaults, UnreachablePastTheDeadlineExitsThenANewRunCatchesUp) {
     exec("CREATE TABLE t (id int PRIMARY KEY, v bigint, note text)");
     exec("INSERT INTO t SELECT g, g, 'snap' FROM generate_series(1, 100) g");

@@ -518,6 +518,9 @@ TEST_F(SqliteDestinationTest, InsertCheckpointTwiceFails) {
     }
 }
 
+// Broken on purpose once, then reverted: SqliteDestination::cas_checkpoint
+// (replicate/sqlite_destination.cpp) without `AND "owner" = ?13` in its UPDATE's WHERE. The
+// wrong-owner case failed: `EXPECT_FALSE(dest().cas_checkpoint(expected, next))`.
 TEST_F(SqliteDestinationTest, CasFailureIsFencedAndCallerRollsBack) {
     const Checkpoint stored = checkpoint();
     dest().insert_checkpoint(stored);
