@@ -265,7 +265,7 @@ publications = ["f1", "f2"]
 slot = "from_file"
 [destination]
 url = "sqlite:file.db"
-deletes = "soft"
+deletes = "hard"
 [stream]
 heartbeat_interval = "3s"
 [log]
@@ -292,7 +292,7 @@ level = "warn"
     EXPECT_EQ(c.log.format, LogConfig::Format::Text);
     EXPECT_EQ(c.log.level, LogConfig::Level::Error);
     // What no flag names stays as the file has it.
-    EXPECT_EQ(c.destination.deletes, DestinationConfig::Deletes::Soft);
+    EXPECT_EQ(c.destination.deletes, DestinationConfig::Deletes::Hard);
     EXPECT_EQ(c.stream.heartbeat_interval, 3s);
 }
 
