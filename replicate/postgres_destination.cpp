@@ -513,8 +513,15 @@ io::Task<void> PostgresDestination::ensure_table(const schema::Table& table) {
         const auto& c = table.columns[i];
         const auto it = types.find(c.name);
         if (it == types.end()) {
+            // The source's missing value (rows older than the column hold it) as the default:
+            // the destination's existing rows, and those the stream inserts from before the
+            // ALTER without naming the column, get it without a rewrite.
+            const std::string fill =
+                c.missing_text
+                    ? " DEFAULT " + conn_.escape_literal(*c.missing_text) + "::" + type_of(table, i)
+                    : std::string();
             co_await run("ALTER TABLE " + target + " ADD COLUMN " + quote_identifier(c.name) + " " +
-                             type_of(table, i),
+                             type_of(table, i) + fill,
                          "adding column \"" + c.name + "\" to " + target);
         } else if (it->second != type_of(table, i)) {
             problems += "; column \"" + c.name + "\" is " + it->second +

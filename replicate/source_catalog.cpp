@@ -57,6 +57,38 @@ std::int64_t to_int64(std::string_view s) {
     return std::stoll(std::string(s));
 }
 
+// The one element of the array literal `literal` ("{7}", "{\"a b\"}"), unquoted; nullopt for
+// NULL. Throws DefiniteError for anything else.
+std::optional<std::string> single_array_element(std::string_view literal, const std::string& what) {
+    const auto fail = [&]() {
+        return DefiniteError(ExitCode::Other, "the source's missing value of " + what +
+                                                  " is not a one-element array: " +
+                                                  std::string(literal.substr(0, 200)));
+    };
+    if (literal.size() < 2 || literal.front() != '{' || literal.back() != '}') {
+        throw fail();
+    }
+    const std::string_view inner = literal.substr(1, literal.size() - 2);
+    if (inner.empty() || inner.front() != '"') {
+        if (inner == "NULL") {
+            return std::nullopt;
+        }
+        return std::string(inner);
+    }
+    std::string out;
+    std::size_t i = 1;
+    for (; i < inner.size() && inner[i] != '"'; ++i) {
+        if (inner[i] == '\\' && i + 1 < inner.size()) {
+            ++i;
+        }
+        out += inner[i];
+    }
+    if (i + 1 != inner.size()) {
+        throw fail();
+    }
+    return out;
+}
+
 } // namespace
 
 io::Task<std::vector<SourceTable>>
@@ -137,6 +169,13 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
             tc.storage = schema::storage_class(tc.type);
             st.columns.push_back(std::move(sc));
             st.table.columns.push_back(std::move(tc));
+        }
+        const std::map<std::string, std::string> missing =
+            co_await missing_values(conn, std::uint32_t(std::stoul(relid)));
+        for (schema::TableColumn& tc : st.table.columns) {
+            if (const auto it = missing.find(tc.name); it != missing.end()) {
+                tc.missing_text = it->second;
+            }
         }
 
         // Row filters: a row is published when any publication's filter accepts it.
@@ -392,6 +431,27 @@ io::Task<schema::TypeRef> SourceCatalog::resolve(io::PgConnection& conn, std::ui
         }
         co_await load_types(conn, std::move(missing));
     }
+}
+
+io::Task<std::map<std::string, std::string>> SourceCatalog::missing_values(io::PgConnection& conn,
+                                                                           std::uint32_t relid) {
+    // A partitioned table has no rows of its own: its partitions hold the missing values.
+    io::PgResult r = co_await conn.exec_params(
+        "SELECT DISTINCT ON (a.attname) a.attname, a.attmissingval::text FROM pg_attribute a "
+        "WHERE (a.attrelid = $1::oid OR a.attrelid IN "
+        "       (SELECT relid FROM pg_partition_tree($1::oid::regclass))) "
+        "AND a.attnum > 0 AND NOT a.attisdropped AND a.atthasmissing ORDER BY a.attname",
+        params(std::to_string(relid)));
+    std::map<std::string, std::string> values;
+    for (int i = 0; i < r.rows(); ++i) {
+        const std::string column(r.get(i, 0));
+        std::optional<std::string> value =
+            single_array_element(r.get(i, 1), "column \"" + column + "\"");
+        if (value) {
+            values.emplace(column, std::move(*value));
+        }
+    }
+    co_return values;
 }
 
 } // namespace pgtide::replicate

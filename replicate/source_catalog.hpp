@@ -75,6 +75,12 @@ public:
     io::Task<std::string> format_type(io::PgConnection& conn, std::uint32_t type_oid,
                                       std::int32_t typmod);
 
+    /// The missing values of the columns of relation `relid` (or of its partitions) that have
+    /// one: the value rows older than the column hold (`ADD COLUMN ... DEFAULT` with a
+    /// non-volatile default), as the column type's text output, by column name. Suspends.
+    io::Task<std::map<std::string, std::string>> missing_values(io::PgConnection& conn,
+                                                                std::uint32_t relid);
+
 private:
     struct TypeRow {
         char typtype = 'b';

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -12,6 +13,8 @@
 #include <sqlite3.h>
 
 #include "replicate/errors.hpp"
+#include "schema/codec.hpp"
+#include "schema/decode_error.hpp"
 #include "schema/sql_quote.hpp"
 
 namespace pgtide::replicate {
@@ -212,6 +215,46 @@ void check_row(const schema::Table& table, const schema::Row& row, std::size_t e
                             std::to_string(row.size()) + " values, expected " +
                             std::to_string(expected));
     }
+}
+
+// " DEFAULT <literal>" for a column with a missing value on the source (the value rows older
+// than the column hold), else "". SQLite gives existing rows the default without rewriting them.
+std::string missing_default(const schema::Table& table, const schema::TableColumn& c) {
+    if (!c.missing_text) {
+        return "";
+    }
+    schema::Value v;
+    try {
+        v = schema::decode_text(c.type, *c.missing_text);
+    } catch (const schema::DecodeError& e) {
+        throw DefiniteError(ExitCode::Other, std::string(e.what()) +
+                                                 " in the missing value of column \"" + c.name +
+                                                 "\" of " + table.qualified());
+    }
+    if (const auto* i = std::get_if<std::int64_t>(&v)) {
+        return " DEFAULT " + std::to_string(*i);
+    }
+    if (const auto* d = std::get_if<double>(&v)) {
+        if (std::isinf(*d)) {
+            return *d > 0 ? " DEFAULT 9e999" : " DEFAULT -9e999";
+        }
+        char buf[40];
+        std::snprintf(buf, sizeof buf, "%.17g", *d);
+        return std::string(" DEFAULT ") + buf;
+    }
+    if (const auto* s = std::get_if<std::string>(&v)) {
+        return " DEFAULT " + schema::quote_sqlite_literal(*s);
+    }
+    if (const auto* b = std::get_if<schema::Blob>(&v)) {
+        static const char* const digits = "0123456789abcdef";
+        std::string hex = " DEFAULT X'";
+        for (const unsigned char ch : b->bytes) {
+            hex += digits[ch >> 4];
+            hex += digits[ch & 15];
+        }
+        return hex + "'";
+    }
+    return "";
 }
 
 } // namespace
@@ -480,7 +523,7 @@ void SqliteDestination::ensure_table(const schema::Table& table) {
             }
         } else {
             additions.push_back("ALTER TABLE " + quote_identifier(target) + " ADD COLUMN " +
-                                quote_identifier(c.name) + " " + type);
+                                quote_identifier(c.name) + " " + type + missing_default(table, c));
         }
     }
     for (const std::string& sql : additions) {

@@ -170,12 +170,19 @@ io::Task<void> Stream::on_relation(pgoutput::Relation rel) {
                 co_await catalog_.format_type(catalog_conn_, rc.type_oid, rc.typmod));
         }
     }
-    install_relation(rel, types, type_sql);
+    // What rows older than a column hold (ADD COLUMN ... DEFAULT), read now: PostgreSQL keeps
+    // a column's missing value until the table is rewritten.
+    std::map<std::string, std::string> missing;
+    if (known != by_name_.end()) {
+        missing = co_await catalog_.missing_values(catalog_conn_, rel.oid);
+    }
+    install_relation(rel, types, type_sql, missing);
 }
 
 void Stream::install_relation(const pgoutput::Relation& rel,
                               const std::vector<schema::TypeRef>& types,
-                              const std::vector<std::string>& type_sql) {
+                              const std::vector<std::string>& type_sql,
+                              const std::map<std::string, std::string>& missing) {
     const std::string name = source_name(rel.schema, rel.name);
     const auto known = by_name_.find(name);
     if (known == by_name_.end()) {
@@ -209,6 +216,9 @@ void Stream::install_relation(const pgoutput::Relation& rel,
         col.storage = schema::storage_class(col.type);
         col.type_sql = i < type_sql.size() ? type_sql[i] : std::string();
         col.key = prev != nullptr && prev->key;
+        if (const auto m = missing.find(rc.name); m != missing.end()) {
+            col.missing_text = m->second;
+        }
         if (prev != nullptr && prev->storage != col.storage) {
             throw DefiniteError(ExitCode::Other,
                                 "column \"" + rc.name + "\" of " + name +

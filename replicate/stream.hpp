@@ -80,7 +80,8 @@ private:
     /// Replays the spooled transaction as one source transaction, then deletes its file.
     io::Task<void> on_stream_commit(pgoutput::StreamCommit commit, io::Channel<ApplyWork>& out);
     void install_relation(const pgoutput::Relation& rel, const std::vector<schema::TypeRef>& types,
-                          const std::vector<std::string>& type_sql);
+                          const std::vector<std::string>& type_sql,
+                          const std::map<std::string, std::string>& missing);
     /// Appends the changes of an Insert/Update/Delete/Truncate to the batch; false for any
     /// other message.
     bool collect_change(const PgOutputMessage& msg);

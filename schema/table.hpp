@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,11 @@ struct TableColumn {
     StorageClass storage = StorageClass::Text; ///< declared SQLite type
     std::string type_sql; ///< the source's format_type(type, typmod): a PostgreSQL column type
     bool key = false;     ///< part of the ordering/identity key
+    /// What the rows older than the column hold on the source, as its text output: the
+    /// attmissingval of `ADD COLUMN ... DEFAULT <non-volatile>`, which writes no WAL for them.
+    /// A destination that adds the column gives it this default, so that those rows (and any
+    /// the stream inserts from before the ALTER, which do not name the column) hold it too.
+    std::optional<std::string> missing_text;
     friend bool operator==(const TableColumn&, const TableColumn&) = default;
 };
 
