@@ -193,14 +193,19 @@ public:
         }
     }
 
-    /// ALTER TABLE ADD COLUMN (no default) on a random table, then a transaction that writes
-    /// the new column; returns "table.column type".
+    /// ALTER TABLE ADD COLUMN on a random table, with a default half of the time (the existing
+    /// rows then hold it without any WAL), then a transaction that writes the new column;
+    /// returns "table.column type".
     std::string add_column() {
         const int t = uniform(0, kTableCount - 1);
         static const char* const kTypes[] = {"int", "text", "bool", "numeric(10,2)"};
-        AddedColumn c{"x" + std::to_string(++columns_added_), kTypes[uniform(0, 3)]};
+        static const char* const kDefaults[] = {" DEFAULT 7", " DEFAULT 'd e'", " DEFAULT true",
+                                                " DEFAULT 1.5"};
+        const int type = uniform(0, 3);
+        AddedColumn c{"x" + std::to_string(++columns_added_), kTypes[type]};
+        const bool with_default = uniform(0, 1) == 1;
         s_->exec("ALTER TABLE " + std::string(kTables[t].name) + " ADD COLUMN " + c.name + " " +
-                 c.type);
+                 c.type + (with_default ? kDefaults[type] : ""));
         added_[t].push_back(c);
         ++stats_.schema_changes;
         s_->exec("BEGIN");

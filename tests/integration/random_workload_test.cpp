@@ -229,8 +229,10 @@ public:
         finish(changes, false);
     }
 
+    /// ALTER TABLE ADD COLUMN with a default (the existing rows hold it without WAL), while
+    /// pgtide is stopped, then rows that write it.
     void add_comp_note() {
-        s_.exec("ALTER TABLE w_comp ADD COLUMN note text");
+        s_.exec("ALTER TABLE w_comp ADD COLUMN note text DEFAULT 'before the note'");
         comp_note_ = true;
         s_.exec("BEGIN");
         std::int64_t changes = s_.exec(insert_sql(2, 20));
