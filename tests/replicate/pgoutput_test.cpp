@@ -1,6 +1,5 @@
 // PgOutputDecoder against pgoutput messages captured from PostgreSQL 15 and hand-built ones.
 #include <cstdint>
-#include <fstream>
 #include <string>
 #include <variant>
 #include <vector>
@@ -8,10 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "replicate/pgoutput.hpp"
-
-#ifndef PGTIDE_SOURCE_DIR
-#error "PGTIDE_SOURCE_DIR must name the repository root"
-#endif
+#include "tests/support/hex_fixture.hpp"
 
 namespace pgtide::replicate {
 namespace {
@@ -51,24 +47,7 @@ private:
     std::string bytes_;
 };
 
-// One decoded message per non-comment line of a hex fixture.
-std::vector<std::string> load_fixture(const std::string& name) {
-    std::ifstream in(std::string(PGTIDE_SOURCE_DIR) + "/tests/fixtures/pgoutput/" + name);
-    EXPECT_TRUE(in) << name;
-    std::vector<std::string> messages;
-    std::string line;
-    while (std::getline(in, line)) {
-        if (line.empty() || line[0] == '#') {
-            continue;
-        }
-        std::string bytes;
-        for (std::size_t i = 0; i + 1 < line.size(); i += 2) {
-            bytes.push_back(static_cast<char>(std::stoi(line.substr(i, 2), nullptr, 16)));
-        }
-        messages.push_back(std::move(bytes));
-    }
-    return messages;
-}
+using pgtide::testing::load_pgoutput_fixture;
 
 // "t:1|n|u": each column's kind, and its data for text columns (hex for binary).
 std::string render(const TupleData& tuple) {
@@ -179,7 +158,7 @@ void expect_stream_start(const PgOutputMessage& m, std::uint32_t xid, bool first
 // --- Captured: proto_version 1 ----------------------------------------------------------------
 
 TEST(PgOutputCaptured, Proto1EveryChangeKind) {
-    const auto bytes = load_fixture("proto1_changes.hex");
+    const auto bytes = load_pgoutput_fixture("proto1_changes.hex");
     ASSERT_EQ(bytes.size(), 36u);
     PgOutputDecoder decoder(1);
     const auto m = decode_all(decoder, bytes);
@@ -374,7 +353,7 @@ void expect_streamed_transactions(const std::vector<PgOutputMessage>& m) {
 }
 
 TEST(PgOutputCaptured, Proto2StreamingCommitAbortAndSubtransactionAbort) {
-    const auto bytes = load_fixture("proto2_streaming.hex");
+    const auto bytes = load_pgoutput_fixture("proto2_streaming.hex");
     ASSERT_EQ(bytes.size(), 72u);
     PgOutputDecoder decoder(2);
     std::vector<PgOutputMessage> m;
@@ -407,7 +386,7 @@ TEST(PgOutputCaptured, Proto2StreamingCommitAbortAndSubtransactionAbort) {
 // --- Captured: proto_version 3, two_phase ------------------------------------------------------
 
 TEST(PgOutputCaptured, Proto3TwoPhase) {
-    const auto bytes = load_fixture("proto3_two_phase.hex");
+    const auto bytes = load_pgoutput_fixture("proto3_two_phase.hex");
     ASSERT_EQ(bytes.size(), 78u);
     PgOutputDecoder decoder(3);
     const auto m = decode_all(decoder, bytes);
@@ -487,7 +466,7 @@ TEST(PgOutputCaptured, EveryTruncationAndTrailingByteThrows) {
          {FixtureCase{"proto1_changes.hex", 1}, FixtureCase{"proto2_streaming.hex", 2},
           FixtureCase{"proto3_two_phase.hex", 3}}) {
         PgOutputDecoder decoder(fixture.proto_version);
-        for (const auto& message : load_fixture(fixture.file)) {
+        for (const auto& message : load_pgoutput_fixture(fixture.file)) {
             for (std::size_t n = 0; n < message.size(); ++n) {
                 // An exact-size heap copy, so a sanitizer sees any read past the end.
                 const std::vector<char> prefix(message.begin(), message.begin() + long(n));

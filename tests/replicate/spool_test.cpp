@@ -17,31 +17,12 @@
 #include "replicate/metrics.hpp"
 #include "replicate/pgoutput.hpp"
 #include "replicate/spool.hpp"
-
-#ifndef PGTIDE_SOURCE_DIR
-#error "PGTIDE_SOURCE_DIR must name the repository root"
-#endif
+#include "tests/support/hex_fixture.hpp"
 
 namespace pgtide::replicate {
 namespace {
 
-std::vector<std::string> load_fixture(const std::string& name) {
-    std::ifstream in(std::string(PGTIDE_SOURCE_DIR) + "/tests/fixtures/pgoutput/" + name);
-    EXPECT_TRUE(in) << name;
-    std::vector<std::string> messages;
-    std::string line;
-    while (std::getline(in, line)) {
-        if (line.empty() || line[0] == '#') {
-            continue;
-        }
-        std::string bytes;
-        for (std::size_t i = 0; i + 1 < line.size(); i += 2) {
-            bytes.push_back(static_cast<char>(std::stoi(line.substr(i, 2), nullptr, 16)));
-        }
-        messages.push_back(std::move(bytes));
-    }
-    return messages;
-}
+using pgtide::testing::load_pgoutput_fixture;
 
 std::string be32(std::uint32_t v) {
     std::string out;
@@ -156,7 +137,7 @@ TEST_F(SpoolTest, DirectoryIsNamedAfterTheSlot) {
 }
 
 TEST_F(SpoolTest, CapturedStreamsReplayCommittedChangesOnly) {
-    const auto messages = load_fixture("proto2_streaming.hex");
+    const auto messages = load_pgoutput_fixture("proto2_streaming.hex");
     ASSERT_EQ(messages.size(), 72u);
     Metrics metrics;
     // A buffer smaller than one message: every append flushes, every read is a new chunk.
