@@ -161,10 +161,11 @@ io::Task<void> Stream::on_relation(pgoutput::Relation rel) {
     for (const auto& rc : rel.columns) {
         types.push_back(co_await catalog_.resolve(catalog_conn_, rc.type_oid));
     }
-    // Column types as SQL only where a PostgreSQL destination declares them.
+    // Column types as SQL: what a PostgreSQL destination declares, and what a message about a
+    // type change names (cached by the catalog).
     std::vector<std::string> type_sql;
     const auto known = by_name_.find(source_name(rel.schema, rel.name));
-    if (known != by_name_.end() && known->second->source_text) {
+    if (known != by_name_.end()) {
         for (const auto& rc : rel.columns) {
             type_sql.push_back(
                 co_await catalog_.format_type(catalog_conn_, rc.type_oid, rc.typmod));
@@ -220,12 +221,26 @@ void Stream::install_relation(const pgoutput::Relation& rel,
             col.missing_text = m->second;
         }
         if (prev != nullptr && prev->storage != col.storage) {
-            throw DefiniteError(ExitCode::Other,
-                                "column \"" + rc.name + "\" of " + name +
-                                    " changed type on the source to one stored as " +
-                                    schema::storage_class_name(col.storage) + " (was " +
-                                    schema::storage_class_name(prev->storage) +
-                                    "); the destination cannot follow: resync the table");
+            throw DefiniteError(
+                ExitCode::Other,
+                "column \"" + rc.name + "\" of " + name +
+                    " changed type on the source to one stored as " +
+                    schema::storage_class_name(col.storage) + " (was " +
+                    schema::storage_class_name(prev->storage) +
+                    "); the destination cannot follow: re-copy with `pgtide run --resnapshot`");
+        }
+        // A PostgreSQL destination declares the source's types and refuses a mismatch itself.
+        if (prev != nullptr && !table->source_text &&
+            (!(prev->type == col.type) || prev->typmod != col.typmod) &&
+            !schema::type_change_keeps_values(*prev, col)) {
+            throw DefiniteError(
+                ExitCode::Other,
+                "column \"" + rc.name + "\" of " + name + " changed type on the source (" +
+                    (prev->type_sql.empty() ? std::string("?") : prev->type_sql) + " to " +
+                    (col.type_sql.empty() ? std::string("?") : col.type_sql) +
+                    "), which can rewrite the values of existing rows that the stream never "
+                    "sends again; the destination cannot follow: re-copy with `pgtide run "
+                    "--resnapshot`");
         }
         if (prev == nullptr || !(prev->type == col.type) || prev->typmod != col.typmod ||
             i >= old.columns.size() || old.columns[i].name != rc.name) {

@@ -52,4 +52,11 @@ struct Table {
 /// The destination name DESIGN §5 gives a source table: public.t → t, s.t → s__t.
 std::string default_target_name(const std::string& schema, const std::string& name);
 
+/// Whether PostgreSQL changes a column from `before`'s type to `after`'s (ALTER COLUMN ... TYPE
+/// without USING) leaving the canonical value of every existing row as it was: integer
+/// widening, varchar/text, a longer or unbounded varchar, varbit, numeric keeping its scale,
+/// more time precision. Other changes may rewrite values (char(n) padding, numeric scale,
+/// rounding) in rows the stream never sends again.
+bool type_change_keeps_values(const TableColumn& before, const TableColumn& after);
+
 } // namespace pgtide::schema
