@@ -212,6 +212,11 @@ TEST_F(NetworkFaults, CutsWhileStreamingReconnectAndLoseNothing) {
     }
     workload.join();
     ASSERT_EQ(workload_error, "");
+    // Compared here too: the large update below rewrites every row, which would hide an insert
+    // or update lost around the first two cuts (only a lost delete would still show).
+    exec("INSERT INTO t VALUES (-2, -2, 'after the workload')");
+    ASSERT_TRUE(wait_for_dest("SELECT count(*) FROM t WHERE id = -2", "1")) << pgtide.stderr_text();
+    expect_t_equal();
 
     // One large transaction, cut while it is in flight.
     proxy().delay(20ms);
