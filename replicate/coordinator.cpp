@@ -216,6 +216,35 @@ destination_tables(std::vector<SourceTable>& source_tables, bool source_text) {
     return tables;
 }
 
+// The tables as the destination follows them: each column's type replaced by the one the
+// destination recorded, so that the stream's first description of a table is compared with
+// what the destination holds, and a type change made while pgtide was stopped is seen.
+std::vector<std::shared_ptr<const schema::Table>>
+as_followed(const std::vector<std::shared_ptr<const schema::Table>>& tables,
+            const std::map<std::string, std::vector<schema::TableColumn>>& recorded) {
+    std::vector<std::shared_ptr<const schema::Table>> out;
+    for (const auto& t : tables) {
+        const auto it = recorded.find(t->target);
+        if (it == recorded.end()) {
+            out.push_back(t);
+            continue;
+        }
+        auto followed = std::make_shared<schema::Table>(*t);
+        for (schema::TableColumn& c : followed->columns) {
+            for (const schema::TableColumn& r : it->second) {
+                if (r.name == c.name) {
+                    c.type = r.type;
+                    c.typmod = r.typmod;
+                    c.type_sql = r.type_sql;
+                    c.storage = schema::storage_class(r.type);
+                }
+            }
+        }
+        out.push_back(std::move(followed));
+    }
+    return out;
+}
+
 // Creates what the destination lacks of the tables (and, for PostgreSQL, the user types their
 // columns use); columns missing from existing tables are added.
 io::Task<void> create_destination_tables(Destination* dest, SourceCatalog* catalog,
@@ -603,7 +632,9 @@ io::Task<RunSummary> Coordinator::run_phases() {
             stream_options.stop_at = target;
             stream_options.metrics = &metrics_;
             stream_options.spool = spool ? &*spool : nullptr;
-            Stream stream(replication, catalog_conn, catalog, tables, start,
+            const std::map<std::string, std::vector<schema::TableColumn>> recorded =
+                co_await dest->recorded_column_types();
+            Stream stream(replication, catalog_conn, catalog, as_followed(tables, recorded), start,
                           &applier.checkpoint().lsn, &stop_requested_, stream_options);
             applier.set_stream(&replication);
             io::Channel<ApplyWork> channel(8);

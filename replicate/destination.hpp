@@ -9,6 +9,7 @@
 // sqlite_destination.hpp and postgres_destination.hpp for how each keeps them.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -63,6 +64,12 @@ public:
     virtual io::Task<std::optional<Checkpoint>> load_checkpoint(std::string slot) = 0;
     /// Inserts the first checkpoint row of `c.slot_name` in a transaction of its own.
     virtual io::Task<void> insert_checkpoint(Checkpoint c) = 0;
+    /// The source column types the destination's values follow, by target table, where the
+    /// destination's own column types do not tell (SQLite: `_pgtide_columns`). The stream
+    /// compares the first description of each table with them, so that a type change made
+    /// while pgtide was stopped is seen. Empty when the destination declares the source types.
+    virtual io::Task<std::map<std::string, std::vector<schema::TableColumn>>>
+    recorded_column_types() = 0;
 
     /// Creates (or, where compatible, adopts and extends) the target table of each of `tables`
     /// in a transaction of its own. No transaction may be open.

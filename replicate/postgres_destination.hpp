@@ -55,6 +55,11 @@ public:
     io::Task<std::optional<Checkpoint>> load_checkpoint(std::string slot) override;
     io::Task<void> insert_checkpoint(Checkpoint c) override;
     io::Task<void> create_tables(std::vector<schema::Table> tables) override;
+    /// Empty: the tables declare the source's types, and ensure_table refuses a mismatch.
+    io::Task<std::map<std::string, std::vector<schema::TableColumn>>>
+    recorded_column_types() override {
+        co_return std::map<std::string, std::vector<schema::TableColumn>>();
+    }
     io::Task<void> follow_schema(std::shared_ptr<const schema::Table> table) override;
     io::Task<void> copy_rows(std::shared_ptr<const schema::Table> table,
                              std::vector<schema::Row> rows, schema::Lsn version) override;

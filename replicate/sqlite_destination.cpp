@@ -58,6 +58,15 @@ CREATE TABLE IF NOT EXISTS "_pgtide_tombstones" (
     "lsn" INTEGER NOT NULL,
     PRIMARY KEY ("target_table", "key")
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS "_pgtide_columns" (
+    "target_table" TEXT NOT NULL,
+    "column_name" TEXT NOT NULL,
+    "type_oid" INTEGER NOT NULL,
+    "element_oid" INTEGER NOT NULL,
+    "typmod" INTEGER NOT NULL,
+    "source_type" TEXT NOT NULL,
+    PRIMARY KEY ("target_table", "column_name")
+) WITHOUT ROWID;
 )sql";
 
 // SQLite folds identifier case for ASCII letters only.
@@ -838,11 +847,53 @@ void SqliteDestination::reset_tables(const std::string& slot,
             exec("DELETE FROM " + quote_identifier(table.target), "emptying " + table.target);
         }
         clear_tombstones(table.target);
+        record_column_types(table, true); // the new epoch copies the tables as they are now
     }
     Statement stmt = prepare("DELETE FROM \"_pgtide_tables\" WHERE \"slot_name\" = ?1",
                              "preparing to reset the tables of slot " + slot);
     bind_str(stmt.get(), 1, slot);
     step(stmt.get(), "resetting the tables of slot", slot);
+}
+
+void SqliteDestination::record_column_types(const schema::Table& table, bool replace) {
+    const std::string what = "recording the source column types of " + table.target;
+    Statement stmt = prepare(
+        std::string(R"(INSERT INTO "_pgtide_columns" ("target_table", "column_name", "type_oid",
+                       "element_oid", "typmod", "source_type") VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                       ON CONFLICT ("target_table", "column_name") DO )") +
+            (replace ? R"(UPDATE SET "type_oid" = excluded."type_oid",
+                          "element_oid" = excluded."element_oid", "typmod" = excluded."typmod",
+                          "source_type" = excluded."source_type")"
+                     : "NOTHING"),
+        what);
+    for (const schema::TableColumn& c : table.columns) {
+        ResetGuard guard(stmt.get());
+        bind_str(stmt.get(), 1, table.target);
+        bind_str(stmt.get(), 2, c.name);
+        bind_int(stmt.get(), 3, c.type.oid);
+        bind_int(stmt.get(), 4, c.type.element_oid);
+        bind_int(stmt.get(), 5, c.typmod);
+        bind_str(stmt.get(), 6, c.type_sql);
+        step(stmt.get(), what);
+    }
+}
+
+std::map<std::string, std::vector<schema::TableColumn>> SqliteDestination::column_types() {
+    const std::string what = "reading the recorded source column types";
+    Statement stmt = prepare(R"(SELECT "target_table", "column_name", "type_oid", "element_oid",
+                                       "typmod", "source_type" FROM "_pgtide_columns")",
+                             what);
+    std::map<std::string, std::vector<schema::TableColumn>> out;
+    while (step(stmt.get(), what) == SQLITE_ROW) {
+        schema::TableColumn c;
+        c.name = column_text(stmt.get(), 1);
+        c.type.oid = std::uint32_t(sqlite3_column_int64(stmt.get(), 2));
+        c.type.element_oid = std::uint32_t(sqlite3_column_int64(stmt.get(), 3));
+        c.typmod = std::int32_t(sqlite3_column_int64(stmt.get(), 4));
+        c.type_sql = column_text(stmt.get(), 5);
+        out[column_text(stmt.get(), 0)].push_back(std::move(c));
+    }
+    return out;
 }
 
 // ---- metadata ----------------------------------------------------------------------------

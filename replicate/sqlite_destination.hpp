@@ -116,9 +116,18 @@ public:
     /// otherwise); `next.slot_name` must equal `expected.slot_name`.
     bool cas_checkpoint(const Checkpoint& expected, const Checkpoint& next);
 
-    /// For a new epoch: empties each existing target table of `tables` and its tombstones, and
-    /// deletes the `_pgtide_tables` rows of `slot`. The checkpoint row is left to the caller.
+    /// For a new epoch: empties each existing target table of `tables` and its tombstones,
+    /// records their column types (replacing), and deletes the `_pgtide_tables` rows of
+    /// `slot`. The checkpoint row is left to the caller.
     void reset_tables(const std::string& slot, const std::vector<schema::Table>& tables);
+
+    /// Records in `_pgtide_columns` the source type of each column of `table`: the type its
+    /// destination values follow. `replace`: over what is recorded (the stream described the
+    /// table, or it is copied anew); else only for columns without a record (start-up, where
+    /// today's catalog may be ahead of the stream).
+    void record_column_types(const schema::Table& table, bool replace);
+    /// The recorded source column types, by target table (name, type, typmod, type_sql set).
+    std::map<std::string, std::vector<schema::TableColumn>> column_types();
 
     const std::string& path() const { return path_; }
 

@@ -31,6 +31,13 @@ io::Task<std::optional<Checkpoint>> SqliteWriter::load_checkpoint(std::string sl
     co_return co_await writer_.run(std::move(job));
 }
 
+io::Task<std::map<std::string, std::vector<schema::TableColumn>>>
+SqliteWriter::recorded_column_types() {
+    SqliteDestination* db = db_.get();
+    auto job = [db]() { return db->column_types(); };
+    co_return co_await writer_.run(std::move(job));
+}
+
 io::Task<void> SqliteWriter::insert_checkpoint(Checkpoint c) {
     SqliteDestination* db = db_.get();
     auto job = [db, c]() {
@@ -47,6 +54,7 @@ io::Task<void> SqliteWriter::create_tables(std::vector<schema::Table> tables) {
         db->begin();
         for (const auto& t : tables) {
             db->ensure_table(t);
+            db->record_column_types(t, false);
         }
         db->commit();
     };
@@ -59,6 +67,7 @@ io::Task<void> SqliteWriter::follow_schema(std::shared_ptr<const schema::Table> 
     auto job = [db, table = std::move(table)]() {
         ensure_open(*db);
         db->ensure_table(*table);
+        db->record_column_types(*table, true);
     };
     co_await writer_.run(std::move(job));
 }

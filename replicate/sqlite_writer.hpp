@@ -21,6 +21,8 @@ public:
     std::string describe() const override { return "sqlite:" + path_; }
     io::Task<std::optional<Checkpoint>> load_checkpoint(std::string slot) override;
     io::Task<void> insert_checkpoint(Checkpoint c) override;
+    io::Task<std::map<std::string, std::vector<schema::TableColumn>>>
+    recorded_column_types() override;
     io::Task<void> create_tables(std::vector<schema::Table> tables) override;
     io::Task<void> follow_schema(std::shared_ptr<const schema::Table> table) override;
     io::Task<void> copy_rows(std::shared_ptr<const schema::Table> table,

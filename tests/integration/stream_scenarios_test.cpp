@@ -170,8 +170,7 @@ TEST_F(StreamScenarios, TypeChangesAreFollowedOnlyWhenTheyKeepExistingValues) {
     expect_equal("SELECT id, small, name, amount FROM t ORDER BY id",
                  "SELECT id, small, name, amount FROM t ORDER BY id");
 
-    // While pgtide runs (a change made while it is stopped is not seen: the types it would
-    // compare with are today's; see docs/ARCHITECTURE.md "Schema changes").
+    // While pgtide runs.
     PgtideProcess pgtide(args(false));
     ASSERT_TRUE(wait_for_dest("SELECT count(*) FROM t WHERE id = 21", "1"));
     exec("INSERT INTO t VALUES (22, 1, 'x', 2.5)");
@@ -182,16 +181,37 @@ TEST_F(StreamScenarios, TypeChangesAreFollowedOnlyWhenTheyKeepExistingValues) {
     exec("INSERT INTO t VALUES (23, 1, 'x', 2.5)");
     ASSERT_TRUE(wait_for([&] { return !pgtide.running(); })) << pgtide.stderr_text();
     EXPECT_EQ(pgtide.wait(), 1);
-    const std::string err = pgtide.stderr_text();
-    EXPECT_NE(err.find("column \"amount\" of public.t changed type on the source (numeric(10,2) "
-                       "to numeric(10,4))"),
+    const std::string running_err = pgtide.stderr_text();
+    EXPECT_NE(running_err.find("column \"amount\" of public.t changed type on the source "
+                               "(numeric(10,2) to numeric(10,4))"),
               std::string::npos)
-        << err;
-    EXPECT_NE(err.find("pgtide run --resnapshot"), std::string::npos) << err;
+        << running_err;
+    EXPECT_NE(running_err.find("pgtide run --resnapshot"), std::string::npos) << running_err;
     EXPECT_LE(std::stoll(dest_value("SELECT lsn FROM _pgtide_checkpoint").value_or("-1")),
               after_alter);
     EXPECT_EQ(SqliteFile(sqlite_path_).rows("SELECT count(*), max(amount) FROM t"),
               (Rows{{"22", "5.00"}}));
+
+    // While pgtide is stopped: the destination recorded the types it follows
+    // (_pgtide_columns), and the stream compares with those, not with today's catalog.
+    std::string out;
+    std::string err;
+    EXPECT_EQ(PgtideProcess::run(args(true), &out, &err), 1) << out << err;
+    EXPECT_NE(err.find("column \"amount\" of public.t changed type on the source (numeric(10,2) "
+                       "to numeric(10,4))"),
+              std::string::npos)
+        << err;
+    // The way out the message names.
+    std::vector<std::string> again = args(true);
+    again.push_back("--resnapshot");
+    EXPECT_EQ(PgtideProcess::run(again, &out, &err), 0) << out << err;
+    expect_equal("SELECT id, small, name, amount FROM t ORDER BY id",
+                 "SELECT id, small, name, amount FROM t ORDER BY id");
+    exec("ALTER TABLE t ALTER COLUMN name TYPE varchar(40)"); // keeps values: followed
+    exec("INSERT INTO t VALUES (24, 1, 'y', 1)");
+    EXPECT_EQ(PgtideProcess::run(args(true), &out, &err), 0) << out << err;
+    expect_equal("SELECT id, small, name, amount FROM t ORDER BY id",
+                 "SELECT id, small, name, amount FROM t ORDER BY id");
 }
 
 TEST_F(StreamScenarios, ReconnectsAfterTheWalsenderIsTerminated) {

@@ -135,7 +135,10 @@ Checkpoint checkpoint() {
 TEST_F(SqliteDestinationTest, OpensInWalModeAndCreatesMetadataTables) {
     EXPECT_EQ(query("PRAGMA journal_mode"), (Rows{{"wal"}}));
     EXPECT_EQ(query("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name"),
-              (Rows{{"_pgtide_checkpoint"}, {"_pgtide_tables"}, {"_pgtide_tombstones"}}));
+              (Rows{{"_pgtide_checkpoint"},
+                    {"_pgtide_columns"},
+                    {"_pgtide_tables"},
+                    {"_pgtide_tombstones"}}));
     EXPECT_EQ(dest().path(), path_);
 }
 
