@@ -388,6 +388,40 @@ TEST_F(PostgresDestination, DestinationRestartMidStreamLosesNothing) {
 }
 
 // check, status and drop read a PostgreSQL destination as they read a SQLite file.
+// Issue 10 item 4: a write the PostgreSQL destination refuses (a CHECK constraint added there
+// by hand stands for a revoked privilege or a full disk) stops pgtide with the destination's
+// error, exit 1, and no checkpoint past the source transaction whose write failed; once the
+// fault is cleared, the next run ends equal.
+TEST_F(PostgresDestination, RefusedWriteStopsAtTheCheckpointAndLosesNothing) {
+    PGTIDE_REQUIRE_PG();
+    exec(kCreateSource);
+    exec(insert_items(1, 200));
+    run_once_pg();
+    pg().exec(dest_db_, "ALTER TABLE items ADD CONSTRAINT refuse_777 CHECK (id <> 777)");
+    exec(insert_items(500, 600));
+    const std::int64_t before_refused =
+        std::stoll(query_value("SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint"));
+    exec(insert_items(700, 800)); // holds id 777
+    exec(insert_items(900, 950));
+    std::string out;
+    std::string err;
+    EXPECT_EQ(PgtideProcess::run(pg_args(true), &out, &err), 1) << out << err;
+    EXPECT_NE(err.find("refuse_777"), std::string::npos) << err;
+    const std::int64_t checkpoint =
+        std::stoll(pg().query_value(dest_db_, "SELECT lsn FROM _pgtide_checkpoint"));
+    EXPECT_LE(checkpoint, before_refused);
+    EXPECT_EQ(dest_query("SELECT count(*) FROM items WHERE id >= 700"), (Rows{{"0"}}));
+    const std::string confirmed =
+        query_value("SELECT (confirmed_flush_lsn - '0/0')::bigint FROM pg_replication_slots WHERE "
+                    "slot_name = '" +
+                    slot() + "'");
+    EXPECT_LE(std::stoll(confirmed), checkpoint);
+
+    pg().exec(dest_db_, "ALTER TABLE items DROP CONSTRAINT refuse_777");
+    run_once_pg();
+    expect_same(kItems);
+}
+
 TEST_F(PostgresDestination, CheckStatusAndDropWork) {
     PGTIDE_REQUIRE_PG();
     exec(kCreateSource);

@@ -71,7 +71,7 @@ private:
 PgServer& server() {
     static std::unique_ptr<PgServer> s = std::make_unique<PgServer>(
         std::vector<std::string>{"logical_decoding_work_mem = '64kB'", "max_wal_senders = 20",
-                                 "max_replication_slots = 20"});
+                                 "max_replication_slots = 20", "max_prepared_transactions = 10"});
     return *s;
 }
 
@@ -347,6 +347,32 @@ TEST_P(StreamedTransactions, AbortedLargeTransactionLeavesNothing) {
     expect_tables_equal();
     EXPECT_EQ(value("SELECT count(*) FROM big"), "1000");
     EXPECT_FALSE(fs::exists(spool_dir())); // a clean stop removes it
+}
+
+// (2b) Two-phase commit on the source. pgtide does not ask for two_phase: a prepared transaction
+// is not the replica's to show until it commits, so PostgreSQL sends it at COMMIT PREPARED (a
+// large one streamed before, spooled, committed then) and never a rolled-back one.
+TEST_P(StreamedTransactions, PreparedTransactionsAppearAtCommitPreparedOnly) {
+    run_once();
+    exec("BEGIN;\n" + all(big_transaction()) + "PREPARE TRANSACTION 'big_p';");
+    exec("BEGIN; INSERT INTO small VALUES (2001, 'prepared, committed'); "
+         "PREPARE TRANSACTION 'small_p';");
+    exec("BEGIN; INSERT INTO small VALUES (2002, 'prepared, rolled back'); "
+         "PREPARE TRANSACTION 'gone_p';");
+    exec("INSERT INTO small VALUES (2003, 'plain')");
+    run_once();
+    // Nothing prepared is visible yet; the plain transaction after them is.
+    EXPECT_EQ(dest_value("SELECT count(*) FROM small WHERE id >= 2001"),
+              std::optional<std::string>("1"));
+    EXPECT_EQ(dest_value("SELECT count(*) FROM big"), std::optional<std::string>("1000"));
+    exec("COMMIT PREPARED 'big_p'");
+    exec("COMMIT PREPARED 'small_p'");
+    exec("ROLLBACK PREPARED 'gone_p'");
+    run_once();
+    expect_tables_equal();
+    EXPECT_EQ(dest_value("SELECT count(*) FROM small WHERE id >= 2001"),
+              std::optional<std::string>("2"));
+    EXPECT_GT(streamed(), 0);
 }
 
 // One transaction with savepoints: rolled-back parts (one with a nested, released savepoint
