@@ -119,6 +119,16 @@ io::Task<void> Applier::commit(schema::Lsn lsn) {
     }
 }
 
+io::Task<void> Applier::adopt_tables(std::vector<TableProgress> tables) {
+    if (tables.empty()) {
+        co_return;
+    }
+    for (TableProgress& t : tables) {
+        note_progress(std::move(t));
+    }
+    co_await commit(checkpoint_.lsn);
+}
+
 io::Task<void> Applier::run(io::Channel<ApplyWork>& input) {
     for (;;) {
         std::optional<ApplyWork> work = co_await input.recv();

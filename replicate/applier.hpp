@@ -75,6 +75,10 @@ public:
     /// Every table is copied: tables ready, tombstones gone, phase streaming at the consistent
     /// LSN. Commits. Suspends.
     io::Task<void> complete_snapshot();
+    /// Records `tables` (state ready, at the checkpoint's LSN) with a checkpoint commit: tables
+    /// that joined the publications while pgtide was stopped and were empty at start-up, so
+    /// that every row they will hold comes through the stream. Suspends.
+    io::Task<void> adopt_tables(std::vector<TableProgress> tables);
     /// Takes ownership of the checkpoint row with a fresh owner token and lease. Suspends.
     io::Task<void> take_over(std::string owner);
     /// Gives the lease up (clean exit), so the next process need not wait for it. Suspends.

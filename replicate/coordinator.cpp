@@ -1,6 +1,7 @@
 // Coordinator: bootstrap, then stream, with restarts.
 #include "replicate/coordinator.hpp"
 
+#include <algorithm>
 #include <functional>
 #include <random>
 
@@ -407,6 +408,41 @@ io::Task<RunSummary> Coordinator::run_phases() {
         checkpoint = fresh;
     }
 
+    // A table that joined the publications while pgtide was stopped: its rows from before
+    // that never pass through the stream, and copying a table while streaming (issue 9's copy
+    // ranges) is not built. Refused before anything is created for it, unless it is empty now:
+    // then every row it will hold comes through the stream (any row older than the join that
+    // was deleted since is deleted by the stream as well), and it is adopted as it is.
+    std::vector<TableProgress> adopted;
+    if (checkpoint->phase == Phase::Streaming && !options_.resnapshot) {
+        const std::vector<std::string> copied = co_await dest->copied_tables(slot);
+        for (const auto& st : source_tables) {
+            const std::string name = st.table.qualified();
+            if (copied.empty() || std::find(copied.begin(), copied.end(), name) != copied.end()) {
+                continue;
+            }
+            io::PgResult rows = co_await catalog_conn.exec(
+                "SELECT EXISTS (SELECT 1 FROM " + schema::quote_identifier(st.table.schema) + "." +
+                schema::quote_identifier(st.table.name) + ")");
+            if (rows.get(0, 0) != "f") {
+                throw DefiniteError(ExitCode::Other,
+                                    "table " + name +
+                                        " is published but the destination was not copied "
+                                        "with it (it joined a publication after the snapshot, "
+                                        "holding rows); pgtide cannot copy a table while it "
+                                        "streams yet: run `pgtide run --resnapshot`, or take the "
+                                        "table out of the publication");
+            }
+            io::log_info("adopting a table that joined the publications empty", {{"table", name}});
+            TableProgress p;
+            p.source_table = name;
+            p.target_table = st.table.target;
+            p.state = TableState::Ready;
+            p.epoch = checkpoint->epoch;
+            p.copy_lsn = checkpoint->lsn;
+            adopted.push_back(std::move(p));
+        }
+    }
     co_await create_destination_tables(dest.get(), &catalog, &catalog_conn, source_tables);
 
     ApplierOptions applier_options;
@@ -419,6 +455,7 @@ io::Task<RunSummary> Coordinator::run_phases() {
     if (checkpoint->owner != owner) {
         co_await applier.take_over(owner);
     }
+    co_await applier.adopt_tables(std::move(adopted));
 
     // A walsender whose client just died may hold the slot for a moment: give it 5 s.
     std::optional<SlotInfo> slot_info = co_await read_slot_info(catalog_conn, slot);

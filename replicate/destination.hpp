@@ -70,6 +70,9 @@ public:
     /// while pgtide was stopped is seen. Empty when the destination declares the source types.
     virtual io::Task<std::map<std::string, std::vector<schema::TableColumn>>>
     recorded_column_types() = 0;
+    /// The source tables (`schema.name`) this destination holds a copy of for `slot`: the
+    /// `_pgtide_tables` rows of its snapshot.
+    virtual io::Task<std::vector<std::string>> copied_tables(std::string slot) = 0;
 
     /// Creates (or, where compatible, adopts and extends) the target table of each of `tables`
     /// in a transaction of its own. No transaction may be open.

@@ -291,6 +291,17 @@ io::Task<void> PostgresDestination::send_copy(std::string& buffer, bool last) {
 
 // ---- metadata ----------------------------------------------------------------------------
 
+io::Task<std::vector<std::string>> PostgresDestination::copied_tables(std::string slot) {
+    io::PgResult r = co_await run_params(std::string("SELECT source_table FROM ") + kTablesTable +
+                                             " WHERE slot_name = $1 ORDER BY source_table",
+                                         params(slot), "reading the table states of slot " + slot);
+    std::vector<std::string> names;
+    for (int i = 0; i < r.rows(); ++i) {
+        names.emplace_back(r.get(i, 0));
+    }
+    co_return names;
+}
+
 io::Task<std::optional<Checkpoint>> PostgresDestination::load_checkpoint(std::string slot) {
     const std::string what = "reading the checkpoint of slot " + slot;
     io::PgResult r = co_await run_params(

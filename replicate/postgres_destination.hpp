@@ -60,6 +60,7 @@ public:
     recorded_column_types() override {
         co_return std::map<std::string, std::vector<schema::TableColumn>>();
     }
+    io::Task<std::vector<std::string>> copied_tables(std::string slot) override;
     io::Task<void> follow_schema(std::shared_ptr<const schema::Table> table) override;
     io::Task<void> copy_rows(std::shared_ptr<const schema::Table> table,
                              std::vector<schema::Row> rows, schema::Lsn version) override;

@@ -38,6 +38,18 @@ SqliteWriter::recorded_column_types() {
     co_return co_await writer_.run(std::move(job));
 }
 
+io::Task<std::vector<std::string>> SqliteWriter::copied_tables(std::string slot) {
+    SqliteDestination* db = db_.get();
+    auto job = [db, slot]() {
+        std::vector<std::string> names;
+        for (const TableProgress& p : db->load_tables(slot)) {
+            names.push_back(p.source_table);
+        }
+        return names;
+    };
+    co_return co_await writer_.run(std::move(job));
+}
+
 io::Task<void> SqliteWriter::insert_checkpoint(Checkpoint c) {
     SqliteDestination* db = db_.get();
     auto job = [db, c]() {

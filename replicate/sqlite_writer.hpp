@@ -23,6 +23,7 @@ public:
     io::Task<void> insert_checkpoint(Checkpoint c) override;
     io::Task<std::map<std::string, std::vector<schema::TableColumn>>>
     recorded_column_types() override;
+    io::Task<std::vector<std::string>> copied_tables(std::string slot) override;
     io::Task<void> create_tables(std::vector<schema::Table> tables) override;
     io::Task<void> follow_schema(std::shared_ptr<const schema::Table> table) override;
     io::Task<void> copy_rows(std::shared_ptr<const schema::Table> table,
