@@ -185,6 +185,13 @@ void Stream::install_relation(const pgoutput::Relation& rel,
                               const std::vector<std::string>& type_sql,
                               const std::map<std::string, std::string>& missing) {
     const std::string name = source_name(rel.schema, rel.name);
+    if (const auto before = by_oid_.find(rel.oid);
+        before != by_oid_.end() && before->second->qualified() != name) {
+        throw DefiniteError(ExitCode::Other, "table " + before->second->qualified() +
+                                                 " was renamed to " + name +
+                                                 " on the source; pgtide cannot follow a "
+                                                 "rename: run `pgtide run --resnapshot`");
+    }
     const auto known = by_name_.find(name);
     if (known == by_name_.end()) {
         // Not one of ours. With publish_via_partition_root, pgoutput describes the leaf

@@ -91,6 +91,23 @@ TEST_F(StreamScenarios, TruncateOfSeveralTablesAtTheRightPoint) {
     run_once();
     expect_equal("SELECT id::text, v FROM a ORDER BY a.id", "SELECT id, v FROM a ORDER BY id");
     expect_equal("SELECT id::text, v FROM b ORDER BY b.id", "SELECT id, v FROM b ORDER BY id");
+
+    // TRUNCATE ... CASCADE names one table; the server truncates the one referencing it too,
+    // and pgoutput lists both.
+    exec("CREATE TABLE child (id int PRIMARY KEY, a_id int REFERENCES a (id))");
+    exec("INSERT INTO child SELECT g, 1 FROM generate_series(1, 10) g");
+    exec("ALTER PUBLICATION pub ADD TABLE child");
+    exec("TRUNCATE child");
+    run_once(); // child joined empty: adopted
+    exec("INSERT INTO child SELECT g, 1 FROM generate_series(1, 10) g");
+    exec("INSERT INTO b VALUES (3, 'kept')");
+    run_once();
+    EXPECT_EQ(SqliteFile(sqlite_path_).rows("SELECT count(*) FROM child"), (Rows{{"10"}}));
+    exec("BEGIN; TRUNCATE a CASCADE; INSERT INTO a VALUES (7, 'after cascade'); COMMIT");
+    run_once();
+    expect_equal("SELECT id::text, v FROM a ORDER BY a.id", "SELECT id, v FROM a ORDER BY id");
+    expect_equal("SELECT id::text, v FROM b ORDER BY b.id", "SELECT id, v FROM b ORDER BY id");
+    EXPECT_EQ(SqliteFile(sqlite_path_).rows("SELECT count(*) FROM child"), (Rows{{"0"}}));
 }
 
 TEST_F(StreamScenarios, AddedColumnAppearsAndDroppedColumnStopsBeingWritten) {
@@ -212,6 +229,34 @@ TEST_F(StreamScenarios, TypeChangesAreFollowedOnlyWhenTheyKeepExistingValues) {
     EXPECT_EQ(PgtideProcess::run(args(true), &out, &err), 0) << out << err;
     expect_equal("SELECT id, small, name, amount FROM t ORDER BY id",
                  "SELECT id, small, name, amount FROM t ORDER BY id");
+}
+
+// A renamed table stops pgtide at its first change under the new name, naming both, with
+// nothing of that change applied; while stopped, the new name is a table the destination was
+// not copied with (refused unless empty).
+TEST_F(StreamScenarios, RenamedTableStopsNamingBothNames) {
+    exec("CREATE TABLE t (id int PRIMARY KEY, v int)");
+    exec("INSERT INTO t SELECT g, g FROM generate_series(1, 10) g");
+    exec("CREATE PUBLICATION pub FOR TABLE t");
+    run_once();
+    PgtideProcess pgtide(args(false));
+    exec("INSERT INTO t VALUES (11, 11)");
+    ASSERT_TRUE(wait_for_dest("SELECT count(*) FROM t", "11")) << pgtide.stderr_text();
+    exec("ALTER TABLE t RENAME TO t_renamed");
+    exec("INSERT INTO t_renamed VALUES (12, 12)");
+    ASSERT_TRUE(wait_for([&] { return !pgtide.running(); })) << pgtide.stderr_text();
+    EXPECT_EQ(pgtide.wait(), 1);
+    EXPECT_NE(pgtide.stderr_text().find("table public.t was renamed to public.t_renamed on the "
+                                        "source; pgtide cannot follow a rename"),
+              std::string::npos)
+        << pgtide.stderr_text();
+    EXPECT_EQ(dest_value("SELECT count(*) FROM t"), std::optional<std::string>("11"));
+    std::string out;
+    std::string err;
+    EXPECT_EQ(PgtideProcess::run(args(true), &out, &err), 1) << out << err;
+    EXPECT_NE(err.find("table public.t_renamed is published but the destination was not copied"),
+              std::string::npos)
+        << err;
 }
 
 TEST_F(StreamScenarios, ReconnectsAfterTheWalsenderIsTerminated) {
