@@ -28,6 +28,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "tests/integration/enospc_env.hpp"
 #include "tests/support/pg_server.hpp"
 #include "tests/support/pgtide_process.hpp"
 #include "tests/support/replication_test.hpp"
@@ -261,13 +262,7 @@ protected:
     /// Extra environment for a pgtide whose destination files may not grow past `bytes`
     /// (tests/preload/enospc_preload.cpp).
     std::vector<std::string> full_disk_env(long bytes) const {
-        const char* asan = std::getenv("ASAN_OPTIONS");
-        return {std::string("LD_PRELOAD=") + PGTIDE_ENOSPC_PRELOAD,
-                "PGTIDE_FAULT_ENOSPC_PATH=" + (fs::canonical(dir_) / "replica.db").string(),
-                "PGTIDE_FAULT_ENOSPC_BYTES=" + std::to_string(bytes),
-                // The preloaded library comes before the ASan runtime in a sanitizer build.
-                std::string("ASAN_OPTIONS=") + (asan != nullptr ? asan : "") +
-                    (asan != nullptr && *asan != '\0' ? ":" : "") + "verify_asan_link_order=0"};
+        return enospc_env((fs::canonical(dir_) / "replica.db").string(), bytes);
     }
 
     /// `pgtide run --once --json` with the test's flags and `extra` arguments.

@@ -20,6 +20,7 @@
 #include <libpq-fe.h>
 #include <unistd.h>
 
+#include "tests/integration/enospc_env.hpp"
 #include "tests/support/pg_server.hpp"
 #include "tests/support/pgtide_process.hpp"
 #include "tests/support/sqlite_file.hpp"
@@ -597,9 +598,9 @@ TEST_P(SpoolFaults, SpoolDirAndFullDisk) {
     const fs::path dir = custom / ("pgtide-spool-" + slot());
     {
         std::vector<std::string> e = env();
-        e.push_back(std::string("LD_PRELOAD=") + PGTIDE_ENOSPC_PRELOAD);
-        e.push_back("PGTIDE_FAULT_ENOSPC_PATH=" + dir.string());
-        e.push_back("PGTIDE_FAULT_ENOSPC_BYTES=200000");
+        for (std::string& v : enospc_env(dir.string(), 200000)) {
+            e.push_back(std::move(v));
+        }
         PgtideProcess p(args(true, settings), e);
         EXPECT_EQ(p.wait(), 1) << p.stderr_text();
         const std::string err = p.stderr_text();
