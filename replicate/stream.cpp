@@ -425,7 +425,13 @@ io::Task<void> Stream::on_stream_start(pgoutput::StreamStart start) {
 
 io::Task<void> Stream::on_stream_abort(pgoutput::StreamAbort abort) {
     if (options_.spool == nullptr) {
-        throw InternalError("pgoutput Stream Abort although streaming was not requested");
+        // PostgreSQL 18 sends Stream Abort for a (sub)transaction it never streamed, even with
+        // streaming off: it marks a transaction "streamed" when it discards the changes of one
+        // it found aborted (reorderbuffer.c). Nothing of it reached us, so nothing is undone.
+        io::log_debug(
+            "Stream Abort of a transaction that was not streamed",
+            {{"xid", std::to_string(abort.xid)}, {"subxid", std::to_string(abort.subxid)}});
+        co_return;
     }
     if (abort.xid == abort.subxid && options_.spool->holds(abort.xid) &&
         options_.metrics != nullptr) {
