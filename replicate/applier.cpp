@@ -119,16 +119,6 @@ io::Task<void> Applier::commit(schema::Lsn lsn) {
     }
 }
 
-io::Task<void> Applier::adopt_tables(std::vector<TableProgress> tables) {
-    if (tables.empty()) {
-        co_return;
-    }
-    for (TableProgress& t : tables) {
-        note_progress(std::move(t));
-    }
-    co_await commit(checkpoint_.lsn);
-}
-
 io::Task<void> Applier::run(io::Channel<ApplyWork>& input) {
     for (;;) {
         std::optional<ApplyWork> work = co_await input.recv();
@@ -151,7 +141,7 @@ io::Task<void> Applier::apply(ApplyWork work) {
     const auto now = std::chrono::steady_clock::now();
     if (auto* rows = std::get_if<CopyRows>(&work)) {
         std::shared_ptr<const schema::Table> table = tables_.at(rows->table);
-        const schema::Lsn version = checkpoint_.consistent_lsn;
+        const schema::Lsn version = copy_version_.value_or(checkpoint_.consistent_lsn);
         const auto n = std::int64_t(rows->rows.size());
         if (!in_transaction_) {
             transaction_started_ = now;
@@ -177,7 +167,8 @@ io::Task<void> Applier::apply(ApplyWork work) {
     if (auto* done = std::get_if<CopyComplete>(&work)) {
         const auto& t = *tables_.at(done->table);
         note_progress(TableProgress{t.qualified(), t.target, TableState::Copied, checkpoint_.epoch,
-                                    checkpoint_.consistent_lsn, done->rows});
+                                    copy_version_.value_or(checkpoint_.consistent_lsn),
+                                    done->rows});
         stats_.tables_copied += 1;
         if (options_.metrics != nullptr) {
             options_.metrics->tables_copied += 1;
@@ -317,6 +308,51 @@ io::Task<void> Applier::complete_snapshot() {
     co_await commit(checkpoint_.consistent_lsn);
 }
 
+io::Task<void> Applier::start_table_copies(std::vector<std::shared_ptr<const schema::Table>> tables,
+                                           schema::Lsn version) {
+    set_tables(std::move(tables));
+    copy_version_ = version;
+    std::vector<schema::Table> copies;
+    for (const auto& t : tables_) {
+        copies.push_back(*t);
+        note_progress(TableProgress{t->qualified(), t->target, TableState::Copying,
+                                    checkpoint_.epoch, version, 0});
+        if (Metrics* m = options_.metrics) {
+            m->snapshot_rows[t->qualified()] = 0;
+            m->snapshot_done.erase(t->qualified());
+        }
+    }
+    co_await destination_.empty_tables(std::move(copies));
+    in_transaction_ = true;
+    co_await commit(checkpoint_.lsn);
+}
+
+io::Task<void> Applier::complete_table_copies() {
+    if (!copy_version_) {
+        throw InternalError("complete_table_copies without start_table_copies");
+    }
+    std::vector<std::string> targets;
+    for (std::size_t i = 0; i < tables_.size(); ++i) {
+        const auto& t = *tables_[i];
+        note_progress(TableProgress{t.qualified(), t.target, TableState::Ready, checkpoint_.epoch,
+                                    *copy_version_, rows_per_table_.at(i)});
+        targets.push_back(t.target);
+    }
+    co_await destination_.clear_tombstones(std::move(targets));
+    in_transaction_ = true;
+    co_await commit(checkpoint_.lsn);
+    copy_version_.reset();
+}
+
+io::Task<void> Applier::forget_tables(std::vector<std::string> source_tables) {
+    if (source_tables.empty()) {
+        co_return;
+    }
+    co_await destination_.forget_tables(checkpoint_.slot_name, std::move(source_tables));
+    in_transaction_ = true;
+    co_await commit(checkpoint_.lsn);
+}
+
 io::Task<void> Applier::release_lease() {
     co_await replace_checkpoint(checkpoint_.owner, 0);
 }
@@ -348,6 +384,7 @@ io::Task<void> Applier::abort() {
     source_open_ = false;
     rows_in_transaction_ = 0;
     progress_.clear();
+    copy_version_.reset();
     complete_lsn_ = checkpoint_.lsn;
     pending_changes_ = 0;
     pending_transactions_ = 0;

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,10 +76,18 @@ public:
     /// Every table is copied: tables ready, tombstones gone, phase streaming at the consistent
     /// LSN. Commits. Suspends.
     io::Task<void> complete_snapshot();
-    /// Records `tables` (state ready, at the checkpoint's LSN) with a checkpoint commit: tables
-    /// that joined the publications while pgtide was stopped and were empty at start-up, so
-    /// that every row they will hold comes through the stream. Suspends.
-    io::Task<void> adopt_tables(std::vector<TableProgress> tables);
+    /// Starts copies of `tables` alone while the epoch streams (tables that joined the
+    /// publications, DESIGN §4 "Copy ranges"), read under a snapshot of their own whose
+    /// consistent LSN `version` becomes the version of their rows: empties them, records them
+    /// copying at `version`, commits. CopyRows and CopyComplete then refer to `tables` by index
+    /// until complete_table_copies(). Suspends.
+    io::Task<void> start_table_copies(std::vector<std::shared_ptr<const schema::Table>> tables,
+                                      schema::Lsn version);
+    /// The copies started by start_table_copies() are whole: each table ready at the copy's
+    /// version, its tombstones gone. Commits (the checkpoint LSN does not move). Suspends.
+    io::Task<void> complete_table_copies();
+    /// Deletes the state rows of tables that left the publications. Commits. Suspends.
+    io::Task<void> forget_tables(std::vector<std::string> source_tables);
     /// Takes ownership of the checkpoint row with a fresh owner token and lease. Suspends.
     io::Task<void> take_over(std::string owner);
     /// Gives the lease up (clean exit), so the next process need not wait for it. Suspends.
@@ -104,6 +113,9 @@ private:
     ReplicationConnection* stream_ = nullptr;
     std::vector<std::shared_ptr<const schema::Table>> tables_;
     std::vector<std::int64_t> rows_per_table_;
+    /// Set between start_table_copies() and complete_table_copies(): the version of the rows
+    /// copied then (else copied rows carry the epoch's consistent LSN).
+    std::optional<schema::Lsn> copy_version_;
     std::map<std::string, TableProgress>
         progress_; ///< by source table: written with the next commit
 

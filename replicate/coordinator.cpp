@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <functional>
 #include <random>
+#include <set>
 
 #include "io/async_scope.hpp"
 #include "io/cancel.hpp"
@@ -262,6 +263,110 @@ io::Task<void> create_destination_tables(Destination* dest, SourceCatalog* catal
     co_await dest->create_tables(std::move(plain_tables));
 }
 
+// Whether every column of `tables` can be decoded from pgoutput's binary form.
+bool all_binary(const std::vector<std::shared_ptr<const schema::Table>>& tables) {
+    for (const auto& t : tables) {
+        for (const auto& c : t->columns) {
+            if (!schema::has_binary_decoder(c.type)) {
+                io::log_info("streaming text values: a column has no binary decoder",
+                             {{"table", t->qualified()}, {"column", c.name}});
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+// What following the publications' table list needs of the run.
+struct PublicationFollower {
+    const RunOptions* options = nullptr;
+    Destination* dest = nullptr;
+    SourceCatalog* catalog = nullptr;
+    io::PgConnection* catalog_conn = nullptr;
+    Applier* applier = nullptr;
+    const bool* stop_requested = nullptr;
+    std::string application_name;
+    std::string owner;
+};
+
+// Brings the destination's table list in line with the publications while the epoch streams
+// (DESIGN §4 "Copy ranges"). A table they gained is copied alone, under the exported snapshot
+// of a temporary slot of its own: emptied, copied with the slot's consistent LSN Cr as the
+// version of its rows, then ready, while the checkpoint stays where it is; the stream then
+// skips that table's changes committed below Cr (the copy holds them) and applies the others.
+// The temporary slot goes with its connection, so a crash leaves nothing to clean; a table
+// whose copy did not finish is copied again by the next run. A table they lost is forgotten
+// (its state row goes, its destination table stays). Returns, by source table, the version of
+// every table copied alone in this epoch.
+io::Task<std::map<std::string, schema::Lsn>>
+follow_publications(PublicationFollower f, std::vector<SourceTable> source_tables) {
+    const Checkpoint& checkpoint = f.applier->checkpoint();
+    const std::vector<TableProgress> states = co_await f.dest->table_states(checkpoint.slot_name);
+    std::map<std::string, schema::Lsn> copied_at;
+    std::vector<std::string> left;
+    for (const TableProgress& p : states) {
+        const bool published =
+            std::any_of(source_tables.begin(), source_tables.end(), [&p](const SourceTable& st) {
+                return st.table.qualified() == p.source_table;
+            });
+        if (!published) {
+            io::log_info("a table left the publications; its destination table is kept as it is",
+                         {{"table", p.source_table}, {"target", p.target_table}});
+            left.push_back(p.source_table);
+        } else if (p.state == TableState::Ready && p.copy_lsn > checkpoint.consistent_lsn) {
+            copied_at[p.source_table] = p.copy_lsn;
+        }
+    }
+    co_await f.applier->forget_tables(std::move(left));
+
+    std::vector<SourceTable> joined;
+    for (const SourceTable& st : source_tables) {
+        const std::string name = st.table.qualified();
+        const bool ready =
+            std::any_of(states.begin(), states.end(), [&name](const TableProgress& p) {
+                return p.source_table == name && p.state == TableState::Ready;
+            });
+        if (!ready) {
+            joined.push_back(st);
+        }
+    }
+    if (joined.empty()) {
+        co_return copied_at;
+    }
+    const RunOptions& o = *f.options;
+    ReplicationConnection copy_conn =
+        co_await ReplicationConnection::connect(o.source_dsn, f.application_name);
+    const std::string copy_slot = o.slot.substr(0, 40) + "_copy_" + f.owner.substr(0, 8);
+    const CreatedSlot created = co_await copy_conn.create_slot(copy_slot, true);
+    for (const SourceTable& st : joined) {
+        io::log_info("copying a table that joined the publications",
+                     {{"table", st.table.qualified()},
+                      {"slot", copy_slot},
+                      {"lsn", created.consistent_lsn.str()}});
+    }
+    std::vector<std::shared_ptr<const schema::Table>> copies =
+        destination_tables(joined, !o.postgres_url.empty());
+    co_await f.applier->start_table_copies(std::move(copies), created.consistent_lsn);
+    SnapshotOptions snapshot_options;
+    snapshot_options.parallel_tables = o.parallel_tables;
+    snapshot_options.page_rows = o.page_rows;
+    snapshot_options.batch_rows = o.batch_rows;
+    snapshot_options.batch_bytes = o.batch_bytes;
+    snapshot_options.max_row_bytes = o.max_row_bytes;
+    snapshot_options.split_rows = o.split_rows;
+    snapshot_options.application_name = f.application_name;
+    snapshot_options.stop_requested = f.stop_requested;
+    SnapshotCopier copier(o.source_dsn, created.snapshot_name, joined, snapshot_options);
+    io::Channel<ApplyWork> channel(std::size_t(2 * std::max(1, o.parallel_tables)));
+    co_await io::when_all(produce_copy(&copier, &channel), consume(f.applier, &channel));
+    co_await f.applier->complete_table_copies();
+    copy_conn.connection().close(); // the temporary slot goes with it
+    for (const SourceTable& st : joined) {
+        copied_at[st.table.qualified()] = created.consistent_lsn;
+    }
+    co_return copied_at;
+}
+
 } // namespace
 
 Coordinator::Coordinator(RunOptions options) : options_(std::move(options)) {}
@@ -408,41 +513,6 @@ io::Task<RunSummary> Coordinator::run_phases() {
         checkpoint = fresh;
     }
 
-    // A table that joined the publications while pgtide was stopped: its rows from before
-    // that never pass through the stream, and copying a table while streaming (issue 9's copy
-    // ranges) is not built. Refused before anything is created for it, unless it is empty now:
-    // then every row it will hold comes through the stream (any row older than the join that
-    // was deleted since is deleted by the stream as well), and it is adopted as it is.
-    std::vector<TableProgress> adopted;
-    if (checkpoint->phase == Phase::Streaming && !options_.resnapshot) {
-        const std::vector<std::string> copied = co_await dest->copied_tables(slot);
-        for (const auto& st : source_tables) {
-            const std::string name = st.table.qualified();
-            if (copied.empty() || std::find(copied.begin(), copied.end(), name) != copied.end()) {
-                continue;
-            }
-            io::PgResult rows = co_await catalog_conn.exec(
-                "SELECT EXISTS (SELECT 1 FROM " + schema::quote_identifier(st.table.schema) + "." +
-                schema::quote_identifier(st.table.name) + ")");
-            if (rows.get(0, 0) != "f") {
-                throw DefiniteError(ExitCode::Other,
-                                    "table " + name +
-                                        " is published but the destination was not copied "
-                                        "with it (it joined a publication after the snapshot, "
-                                        "holding rows); pgtide cannot copy a table while it "
-                                        "streams yet: run `pgtide run --resnapshot`, or take the "
-                                        "table out of the publication");
-            }
-            io::log_info("adopting a table that joined the publications empty", {{"table", name}});
-            TableProgress p;
-            p.source_table = name;
-            p.target_table = st.table.target;
-            p.state = TableState::Ready;
-            p.epoch = checkpoint->epoch;
-            p.copy_lsn = checkpoint->lsn;
-            adopted.push_back(std::move(p));
-        }
-    }
     co_await create_destination_tables(dest.get(), &catalog, &catalog_conn, source_tables);
 
     ApplierOptions applier_options;
@@ -455,7 +525,6 @@ io::Task<RunSummary> Coordinator::run_phases() {
     if (checkpoint->owner != owner) {
         co_await applier.take_over(owner);
     }
-    co_await applier.adopt_tables(std::move(adopted));
 
     // A walsender whose client just died may hold the slot for a moment: give it 5 s.
     std::optional<SlotInfo> slot_info = co_await read_slot_info(catalog_conn, slot);
@@ -597,6 +666,22 @@ io::Task<RunSummary> Coordinator::run_phases() {
     } else if (std::optional<std::string> lost = co_await check_slot_lost(catalog_conn, slot)) {
         throw DefiniteError(ExitCode::SlotLost, *lost);
     }
+    PublicationFollower follower;
+    follower.options = &options_;
+    follower.dest = dest.get();
+    follower.catalog = &catalog;
+    follower.catalog_conn = &catalog_conn;
+    follower.applier = &applier;
+    follower.stop_requested = &stop_requested_;
+    follower.application_name = application_name;
+    follower.owner = owner;
+    // Tables copied alone in this epoch, by source name: the version of their copy.
+    std::map<std::string, schema::Lsn> copied_at;
+    // The publications gained a table since the destination was copied (found at start-up, or
+    // by the stream): it is copied before the stream goes on.
+    bool follow_tables = !need_snapshot;
+    std::string joined_table;          ///< named by the stream's PublicationChanged
+    std::set<std::string> left_tables; ///< not published now, changes still in the stream
 
     // Streaming, with reconnects.
     if (target && !stop_requested_) {
@@ -610,16 +695,7 @@ io::Task<RunSummary> Coordinator::run_phases() {
     }
     // Binary column values only when every published column can be decoded from them: a
     // type without a decoder would arrive in a form pgtide cannot read.
-    bool binary = options_.stream_binary && !source_text;
-    for (const auto& t : tables) {
-        for (const auto& c : t->columns) {
-            if (binary && !schema::has_binary_decoder(c.type)) {
-                io::log_info("streaming text values: a column has no binary decoder",
-                             {{"table", t->qualified()}, {"column", c.name}});
-                binary = false;
-            }
-        }
-    }
+    bool binary = options_.stream_binary && !source_text && all_binary(tables);
     // Streamed in-progress transactions wait in files until they end. A failed run deletes
     // its files when the spool is destroyed; a clean one also removes the directory.
     std::optional<Spool> spool;
@@ -653,6 +729,30 @@ io::Task<RunSummary> Coordinator::run_phases() {
                     throw DefiniteError(ExitCode::SlotLost, *lost);
                 }
             }
+            if (follow_tables) {
+                if (!joined_table.empty()) {
+                    source_tables = co_await catalog.published_tables(
+                        catalog_conn, options_.publications, options_.tables);
+                    tables = destination_tables(source_tables, source_text);
+                    if (std::none_of(tables.begin(), tables.end(), [&joined_table](const auto& t) {
+                            return t->qualified() == joined_table;
+                        })) {
+                        // Published when that change was made, not now (it left, or was
+                        // renamed): what remains to stream of it is skipped.
+                        io::log_info("skipping the changes of a table that is not published "
+                                     "any more",
+                                     {{"table", joined_table}});
+                        left_tables.insert(joined_table);
+                    }
+                    co_await create_destination_tables(dest.get(), &catalog, &catalog_conn,
+                                                       source_tables);
+                    binary = binary && all_binary(tables);
+                }
+                copied_at = co_await follow_publications(follower, source_tables);
+                applier.set_tables(tables);
+                follow_tables = false;
+                joined_table.clear();
+            }
             const schema::Lsn start = applier.checkpoint().lsn;
             co_await replication.start(slot, start, options_.publications, binary,
                                        spool.has_value());
@@ -669,6 +769,8 @@ io::Task<RunSummary> Coordinator::run_phases() {
             stream_options.stop_at = target;
             stream_options.metrics = &metrics_;
             stream_options.spool = spool ? &*spool : nullptr;
+            stream_options.copied_at = copied_at;
+            stream_options.left = left_tables;
             const std::map<std::string, std::vector<schema::TableColumn>> recorded =
                 co_await dest->recorded_column_types();
             Stream stream(replication, catalog_conn, catalog, as_followed(tables, recorded), start,
@@ -688,6 +790,21 @@ io::Task<RunSummary> Coordinator::run_phases() {
         }
         applier.set_stream(nullptr);
         co_await applier.abort();
+        try {
+            std::rethrow_exception(error);
+        } catch (const PublicationChanged& e) {
+            // Nothing of the transaction that met the table is applied: copy the table, then
+            // stream again from the checkpoint.
+            io::log_info("a table joined the publications while streaming", {{"table", e.table()}});
+            joined_table = e.table();
+            follow_tables = true;
+            replication.connection().close();
+            connected = false;
+            continue;
+        } catch (const StopRequested&) {
+            break; // while copying a table that joined: the next run copies it again
+        } catch (...) {
+        }
         if (!is_connection_loss(error)) {
             std::rethrow_exception(error);
         }

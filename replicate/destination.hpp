@@ -70,9 +70,9 @@ public:
     /// while pgtide was stopped is seen. Empty when the destination declares the source types.
     virtual io::Task<std::map<std::string, std::vector<schema::TableColumn>>>
     recorded_column_types() = 0;
-    /// The source tables (`schema.name`) this destination holds a copy of for `slot`: the
-    /// `_pgtide_tables` rows of its snapshot.
-    virtual io::Task<std::vector<std::string>> copied_tables(std::string slot) = 0;
+    /// The `_pgtide_tables` rows of `slot`: the source tables this destination holds a copy
+    /// of, or is copying, and where each copy stands.
+    virtual io::Task<std::vector<TableProgress>> table_states(std::string slot) = 0;
 
     /// Creates (or, where compatible, adopts and extends) the target table of each of `tables`
     /// in a transaction of its own. No transaction may be open.
@@ -90,6 +90,13 @@ public:
     /// For a new epoch: empties each target table of `tables` and its tombstones, and deletes
     /// the table progress rows of `slot`.
     virtual io::Task<void> reset_tables(std::string slot, std::vector<schema::Table> tables) = 0;
+    /// Empties each target table of `tables` and its tombstones, in the current transaction,
+    /// before a copy of the table alone (DESIGN §4 "Copy ranges").
+    virtual io::Task<void> empty_tables(std::vector<schema::Table> tables) = 0;
+    /// Deletes the `_pgtide_tables` rows of `source_tables` (tables that left the
+    /// publications), in the current transaction; their target tables stay as they are.
+    virtual io::Task<void> forget_tables(std::string slot,
+                                         std::vector<std::string> source_tables) = 0;
     /// Removes every tombstone of the given target tables (their copy is complete).
     virtual io::Task<void> clear_tombstones(std::vector<std::string> targets) = 0;
 

@@ -33,6 +33,22 @@ private:
     ExitCode code_;
 };
 
+/// The stream met a change of a table the publications gained since the destination was
+/// copied: the coordinator copies that table (DESIGN §4 "Copy ranges"), then streams on from the
+/// checkpoint. Nothing of the transaction that carried it is applied before.
+class PublicationChanged : public std::runtime_error {
+public:
+    explicit PublicationChanged(const std::string& table)
+        : std::runtime_error("table " + table +
+                             " joined the publications after the destination was copied"),
+          table_(table) {}
+    /// The table, `schema.name`.
+    const std::string& table() const { return table_; }
+
+private:
+    std::string table_;
+};
+
 /// A broken invariant (a change outside a transaction, LSNs out of order). Never swallowed.
 class InternalError : public std::logic_error {
 public:

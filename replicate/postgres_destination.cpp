@@ -291,15 +291,34 @@ io::Task<void> PostgresDestination::send_copy(std::string& buffer, bool last) {
 
 // ---- metadata ----------------------------------------------------------------------------
 
-io::Task<std::vector<std::string>> PostgresDestination::copied_tables(std::string slot) {
-    io::PgResult r = co_await run_params(std::string("SELECT source_table FROM ") + kTablesTable +
-                                             " WHERE slot_name = $1 ORDER BY source_table",
-                                         params(slot), "reading the table states of slot " + slot);
-    std::vector<std::string> names;
+io::Task<std::vector<TableProgress>> PostgresDestination::table_states(std::string slot) {
+    const std::string what = "reading the table states of slot " + slot;
+    io::PgResult r = co_await run_params(
+        std::string(
+            "SELECT source_table, target_table, state, epoch, copy_lsn, rows_copied FROM ") +
+            kTablesTable + " WHERE slot_name = $1 ORDER BY source_table",
+        params(slot), what);
+    std::vector<TableProgress> out;
     for (int i = 0; i < r.rows(); ++i) {
-        names.emplace_back(r.get(i, 0));
+        TableProgress p;
+        p.source_table = r.get(i, 0);
+        p.target_table = r.get(i, 1);
+        const std::string state(r.get(i, 2));
+        const auto parsed = parse_table_state(state);
+        const std::int64_t copy_lsn = std::stoll(std::string(r.get(i, 4)));
+        if (!parsed || copy_lsn < 0) {
+            throw DestinationError(DestinationErrorKind::Corrupt, 0,
+                                   describe() + ": " + what + ": table " + p.source_table +
+                                       " has state '" + state + "' and copy_lsn " +
+                                       std::to_string(copy_lsn));
+        }
+        p.state = *parsed;
+        p.epoch = std::stoll(std::string(r.get(i, 3)));
+        p.copy_lsn = schema::Lsn(std::uint64_t(copy_lsn));
+        p.rows_copied = std::stoll(std::string(r.get(i, 5)));
+        out.push_back(std::move(p));
     }
-    co_return names;
+    co_return out;
 }
 
 io::Task<std::optional<Checkpoint>> PostgresDestination::load_checkpoint(std::string slot) {
@@ -580,6 +599,26 @@ io::Task<void> PostgresDestination::reset_tables(std::string slot,
     }
     co_await run_params(std::string("DELETE FROM ") + kTablesTable + " WHERE slot_name = $1",
                         params(slot), "removing the table states of slot " + slot);
+}
+
+io::Task<void> PostgresDestination::empty_tables(std::vector<schema::Table> tables) {
+    co_await begin();
+    for (const auto& t : tables) {
+        co_await run_params(std::string("DELETE FROM ") + kTombstonesTable +
+                                " WHERE target_table = $1",
+                            params(t.target), "removing the tombstones of " + t.target);
+        co_await run("TRUNCATE " + target_sql(t), "emptying " + t.target + " for its copy");
+    }
+}
+
+io::Task<void> PostgresDestination::forget_tables(std::string slot,
+                                                  std::vector<std::string> source_tables) {
+    co_await begin();
+    for (const auto& name : source_tables) {
+        co_await run_params(std::string("DELETE FROM ") + kTablesTable +
+                                " WHERE slot_name = $1 AND source_table = $2",
+                            params(slot, name), "forgetting the table state of " + name);
+    }
 }
 
 io::Task<void> PostgresDestination::clear_tombstones(std::vector<std::string> targets) {

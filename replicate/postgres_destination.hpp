@@ -60,12 +60,14 @@ public:
     recorded_column_types() override {
         co_return std::map<std::string, std::vector<schema::TableColumn>>();
     }
-    io::Task<std::vector<std::string>> copied_tables(std::string slot) override;
+    io::Task<std::vector<TableProgress>> table_states(std::string slot) override;
     io::Task<void> follow_schema(std::shared_ptr<const schema::Table> table) override;
     io::Task<void> copy_rows(std::shared_ptr<const schema::Table> table,
                              std::vector<schema::Row> rows, schema::Lsn version) override;
     io::Task<void> apply_changes(std::vector<Change> changes) override;
     io::Task<void> reset_tables(std::string slot, std::vector<schema::Table> tables) override;
+    io::Task<void> empty_tables(std::vector<schema::Table> tables) override;
+    io::Task<void> forget_tables(std::string slot, std::vector<std::string> source_tables) override;
     io::Task<void> clear_tombstones(std::vector<std::string> targets) override;
     io::Task<bool> commit(std::vector<TableProgress> progress, Checkpoint expected,
                           Checkpoint next) override;

@@ -842,17 +842,34 @@ void SqliteDestination::clear_tombstones(const std::string& target_table) {
 
 void SqliteDestination::reset_tables(const std::string& slot,
                                      const std::vector<schema::Table>& tables) {
+    empty_tables(tables);
+    Statement stmt = prepare("DELETE FROM \"_pgtide_tables\" WHERE \"slot_name\" = ?1",
+                             "preparing to reset the tables of slot " + slot);
+    bind_str(stmt.get(), 1, slot);
+    step(stmt.get(), "resetting the tables of slot", slot);
+}
+
+void SqliteDestination::empty_tables(const std::vector<schema::Table>& tables) {
     for (const schema::Table& table : tables) {
         if (table_exists(table.target)) {
             exec("DELETE FROM " + quote_identifier(table.target), "emptying " + table.target);
         }
         clear_tombstones(table.target);
-        record_column_types(table, true); // the new epoch copies the tables as they are now
+        record_column_types(table, true); // the copy that follows copies the table as it is now
     }
-    Statement stmt = prepare("DELETE FROM \"_pgtide_tables\" WHERE \"slot_name\" = ?1",
-                             "preparing to reset the tables of slot " + slot);
-    bind_str(stmt.get(), 1, slot);
-    step(stmt.get(), "resetting the tables of slot", slot);
+}
+
+void SqliteDestination::forget_tables(const std::string& slot,
+                                      const std::vector<std::string>& source_tables) {
+    Statement stmt =
+        prepare(R"(DELETE FROM "_pgtide_tables" WHERE "slot_name" = ?1 AND "source_table" = ?2)",
+                "preparing to forget tables of slot " + slot);
+    for (const std::string& name : source_tables) {
+        sqlite3_reset(stmt.get());
+        bind_str(stmt.get(), 1, slot);
+        bind_str(stmt.get(), 2, name);
+        step(stmt.get(), "forgetting the table state of", name);
+    }
 }
 
 void SqliteDestination::record_column_types(const schema::Table& table, bool replace) {

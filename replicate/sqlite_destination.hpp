@@ -120,6 +120,11 @@ public:
     /// records their column types (replacing), and deletes the `_pgtide_tables` rows of
     /// `slot`. The checkpoint row is left to the caller.
     void reset_tables(const std::string& slot, const std::vector<schema::Table>& tables);
+    /// Empties the target tables of `tables` and their tombstones, and records their column
+    /// types as they are now (a copy of them follows).
+    void empty_tables(const std::vector<schema::Table>& tables);
+    /// Deletes the `_pgtide_tables` rows of `source_tables` for `slot`.
+    void forget_tables(const std::string& slot, const std::vector<std::string>& source_tables);
 
     /// Records in `_pgtide_columns` the source type of each column of `table`: the type its
     /// destination values follow. `replace`: over what is recorded (the stream described the

@@ -38,15 +38,9 @@ SqliteWriter::recorded_column_types() {
     co_return co_await writer_.run(std::move(job));
 }
 
-io::Task<std::vector<std::string>> SqliteWriter::copied_tables(std::string slot) {
+io::Task<std::vector<TableProgress>> SqliteWriter::table_states(std::string slot) {
     SqliteDestination* db = db_.get();
-    auto job = [db, slot]() {
-        std::vector<std::string> names;
-        for (const TableProgress& p : db->load_tables(slot)) {
-            names.push_back(p.source_table);
-        }
-        return names;
-    };
+    auto job = [db, slot]() { return db->load_tables(slot); };
     co_return co_await writer_.run(std::move(job));
 }
 
@@ -135,6 +129,25 @@ io::Task<void> SqliteWriter::reset_tables(std::string slot, std::vector<schema::
     auto job = [db, slot, tables = std::move(tables)]() {
         ensure_open(*db);
         db->reset_tables(slot, tables);
+    };
+    co_await writer_.run(std::move(job));
+}
+
+io::Task<void> SqliteWriter::empty_tables(std::vector<schema::Table> tables) {
+    SqliteDestination* db = db_.get();
+    auto job = [db, tables = std::move(tables)]() {
+        ensure_open(*db);
+        db->empty_tables(tables);
+    };
+    co_await writer_.run(std::move(job));
+}
+
+io::Task<void> SqliteWriter::forget_tables(std::string slot,
+                                           std::vector<std::string> source_tables) {
+    SqliteDestination* db = db_.get();
+    auto job = [db, slot, source_tables = std::move(source_tables)]() {
+        ensure_open(*db);
+        db->forget_tables(slot, source_tables);
     };
     co_await writer_.run(std::move(job));
 }

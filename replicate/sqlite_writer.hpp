@@ -23,13 +23,15 @@ public:
     io::Task<void> insert_checkpoint(Checkpoint c) override;
     io::Task<std::map<std::string, std::vector<schema::TableColumn>>>
     recorded_column_types() override;
-    io::Task<std::vector<std::string>> copied_tables(std::string slot) override;
+    io::Task<std::vector<TableProgress>> table_states(std::string slot) override;
     io::Task<void> create_tables(std::vector<schema::Table> tables) override;
     io::Task<void> follow_schema(std::shared_ptr<const schema::Table> table) override;
     io::Task<void> copy_rows(std::shared_ptr<const schema::Table> table,
                              std::vector<schema::Row> rows, schema::Lsn version) override;
     io::Task<void> apply_changes(std::vector<Change> changes) override;
     io::Task<void> reset_tables(std::string slot, std::vector<schema::Table> tables) override;
+    io::Task<void> empty_tables(std::vector<schema::Table> tables) override;
+    io::Task<void> forget_tables(std::string slot, std::vector<std::string> source_tables) override;
     io::Task<void> clear_tombstones(std::vector<std::string> targets) override;
     io::Task<bool> commit(std::vector<TableProgress> progress, Checkpoint expected,
                           Checkpoint next) override;

@@ -140,12 +140,10 @@ std::shared_ptr<const schema::Table> Stream::table_for(std::uint32_t relation_oi
     const auto it = by_oid_.find(relation_oid);
     if (it == by_oid_.end()) {
         if (const auto unknown = unpublished_.find(relation_oid); unknown != unpublished_.end()) {
-            throw DefiniteError(ExitCode::Other,
-                                "table " + unknown->second +
-                                    " appeared in the stream but was not published when the "
-                                    "snapshot was taken; tables added to a publication while "
-                                    "pgtide runs are not copied yet: run `pgtide run "
-                                    "--resnapshot`");
+            if (options_.left.contains(unknown->second)) {
+                return nullptr;
+            }
+            throw PublicationChanged(unknown->second);
         }
         throw InternalError("pgoutput sent a change for relation " + std::to_string(relation_oid) +
                             " before its Relation message");
@@ -190,7 +188,9 @@ void Stream::install_relation(const pgoutput::Relation& rel,
         throw DefiniteError(ExitCode::Other, "table " + before->second->qualified() +
                                                  " was renamed to " + name +
                                                  " on the source; pgtide cannot follow a "
-                                                 "rename: run `pgtide run --resnapshot`");
+                                                 "rename: start it again to copy the table "
+                                                 "under its new name (the destination table of "
+                                                 "the old name stays as it is)");
     }
     const auto known = by_name_.find(name);
     if (known == by_name_.end()) {
@@ -339,13 +339,30 @@ io::Task<void> Stream::flush_batch(io::Channel<ApplyWork>& out) {
 
 // Not a coroutine, on purpose: GCC 12 mis-destroys temporaries (the shared table pointers of
 // braced Change temporaries) in coroutine bodies, which ASan caught as a use after free.
+bool Stream::in_copy(const schema::Table* table) const {
+    if (table == nullptr) {
+        return true; // a table that left the publications
+    }
+    if (options_.copied_at.empty()) {
+        return false;
+    }
+    const auto it = options_.copied_at.find(table->qualified());
+    return it != options_.copied_at.end() && version_ < it->second;
+}
+
 bool Stream::collect_change(const PgOutputMessage& msg) {
     if (auto* ins = std::get_if<pgoutput::Insert>(&msg)) {
         auto table = table_for(ins->relation_oid);
+        if (in_copy(table.get())) {
+            return true;
+        }
         batch_.push_back(
             Change{Change::Kind::Upsert, table, decode_tuple(*table, ins->new_tuple), version_});
     } else if (auto* up = std::get_if<pgoutput::Update>(&msg)) {
         auto table = table_for(up->relation_oid);
+        if (in_copy(table.get())) {
+            return true;
+        }
         schema::Row row = decode_tuple(*table, up->new_tuple);
         if (up->old_tuple) {
             const schema::Row old_row = decode_tuple(*table, *up->old_tuple);
@@ -383,11 +400,17 @@ bool Stream::collect_change(const PgOutputMessage& msg) {
         batch_.push_back(Change{Change::Kind::Upsert, table, std::move(row), version_});
     } else if (auto* del = std::get_if<pgoutput::Delete>(&msg)) {
         auto table = table_for(del->relation_oid);
+        if (in_copy(table.get())) {
+            return true;
+        }
         batch_.push_back(Change{Change::Kind::Delete, table,
                                 key_of(*table, decode_tuple(*table, del->old_tuple)), version_});
     } else if (auto* tr = std::get_if<pgoutput::Truncate>(&msg)) {
         for (auto oid : tr->relation_oids) {
-            batch_.push_back(Change{Change::Kind::Truncate, table_for(oid), {}, version_});
+            auto table = table_for(oid);
+            if (!in_copy(table.get())) {
+                batch_.push_back(Change{Change::Kind::Truncate, table, {}, version_});
+            }
         }
     } else {
         return false;

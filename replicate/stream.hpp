@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,13 @@ struct StreamOptions {
     /// Where streamed in-progress transactions wait for their end; set exactly when
     /// START_REPLICATION asked for streaming. Emptied when the stream starts.
     Spool* spool = nullptr;
+    /// Tables copied alone while the epoch streamed (DESIGN §4 "Copy ranges"), by source name:
+    /// the consistent LSN of their copy's snapshot. Their changes committed below it are in the
+    /// copy already and are skipped.
+    std::map<std::string, schema::Lsn> copied_at;
+    /// Tables no longer published whose changes may still be on their way (they left the
+    /// publications, or were renamed, after the checkpoint): skipped.
+    std::set<std::string> left;
 };
 
 class Stream {
@@ -87,6 +95,10 @@ private:
     bool collect_change(const PgOutputMessage& msg);
     schema::Row decode_tuple(const schema::Table& table, const pgoutput::TupleData& tuple) const;
     schema::Row key_of(const schema::Table& table, const schema::Row& row) const;
+    /// Whether to skip a change of `table`: it left the publications (nullptr), or the current
+    /// transaction committed before the copy of the table was read.
+    bool in_copy(const schema::Table* table) const;
+    /// The table of a change; nullptr for a table in options.left (skip the change).
     std::shared_ptr<const schema::Table> table_for(std::uint32_t relation_oid) const;
     io::Task<void> flush_batch(io::Channel<ApplyWork>& out);
     io::Task<void> send_status(bool reply);

@@ -98,7 +98,7 @@ TEST_F(StreamScenarios, TruncateOfSeveralTablesAtTheRightPoint) {
     exec("INSERT INTO child SELECT g, 1 FROM generate_series(1, 10) g");
     exec("ALTER PUBLICATION pub ADD TABLE child");
     exec("TRUNCATE child");
-    run_once(); // child joined empty: adopted
+    run_once(); // child joined empty: copied alone
     exec("INSERT INTO child SELECT g, 1 FROM generate_series(1, 10) g");
     exec("INSERT INTO b VALUES (3, 'kept')");
     run_once();
@@ -232,8 +232,8 @@ TEST_F(StreamScenarios, TypeChangesAreFollowedOnlyWhenTheyKeepExistingValues) {
 }
 
 // A renamed table stops pgtide at its first change under the new name, naming both, with
-// nothing of that change applied; while stopped, the new name is a table the destination was
-// not copied with (refused unless empty).
+// nothing of that change applied; started again, it copies the table under its new name as a
+// table that joined the publications.
 TEST_F(StreamScenarios, RenamedTableStopsNamingBothNames) {
     exec("CREATE TABLE t (id int PRIMARY KEY, v int)");
     exec("INSERT INTO t SELECT g, g FROM generate_series(1, 10) g");
@@ -251,12 +251,16 @@ TEST_F(StreamScenarios, RenamedTableStopsNamingBothNames) {
               std::string::npos)
         << pgtide.stderr_text();
     EXPECT_EQ(dest_value("SELECT count(*) FROM t"), std::optional<std::string>("11"));
+    // Started again, pgtide copies the table under its new name; the old one stays as it was.
     std::string out;
     std::string err;
-    EXPECT_EQ(PgtideProcess::run(args(true), &out, &err), 1) << out << err;
-    EXPECT_NE(err.find("table public.t_renamed is published but the destination was not copied"),
-              std::string::npos)
-        << err;
+    EXPECT_EQ(PgtideProcess::run(args(true), &out, &err), 0) << out << err;
+    EXPECT_NE(err.find("copying a table that joined the publications"), std::string::npos) << err;
+    EXPECT_EQ(dest_value("SELECT count(*) FROM t"), std::optional<std::string>("11"));
+    EXPECT_EQ(dest_value("SELECT count(*) FROM t_renamed"), std::optional<std::string>("12"));
+    exec("INSERT INTO t_renamed VALUES (13, 13)");
+    run_once();
+    EXPECT_EQ(dest_value("SELECT count(*) FROM t_renamed"), std::optional<std::string>("13"));
 }
 
 TEST_F(StreamScenarios, ReconnectsAfterTheWalsenderIsTerminated) {

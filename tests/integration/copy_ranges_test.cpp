@@ -1,0 +1,296 @@
+// Tables that join the publications after the destination was copied (DESIGN §4 "Copy
+// ranges"): each is copied alone under a temporary slot's exported snapshot, whose consistent
+// LSN becomes the version of its rows, and the stream skips that table's changes committed
+// below it. Found at start-up (joined while pgtide was stopped) and by the stream (joined while
+// it runs). Every scenario ends with the destination compared with the source row by row, and
+// with the main slot the only one left on the source.
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "tests/support/pg_server.hpp"
+#include "tests/support/pg_session.hpp"
+#include "tests/support/pgtide_process.hpp"
+#include "tests/support/sqlite_file.hpp"
+
+namespace pgtide::testing {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+class CopyRanges : public ::testing::TestWithParam<const char*> {
+protected:
+    void SetUp() override {
+        PGTIDE_REQUIRE_PG();
+        db_ = pg().create_database();
+        if (postgres()) {
+            dest_db_ = pg().create_database();
+        }
+        dir_ = fs::temp_directory_path() / ("pgtide-cr-" + std::to_string(::getpid()) + "-" + db_);
+        fs::create_directories(dir_);
+        sqlite_path_ = (dir_ / "replica.db").string();
+    }
+
+    void TearDown() override {
+        if (!dir_.empty()) {
+            std::error_code ec;
+            fs::remove_all(dir_, ec);
+        }
+    }
+
+    static PgServer& pg() { return PgServer::shared(); }
+    bool postgres() const { return std::string(GetParam()) == "postgresql"; }
+    std::string slot() const { return "s_" + db_; }
+    void exec(const std::string& sql) const { pg().exec(db_, sql); }
+    std::string value(const std::string& sql) const { return pg().query_value(db_, sql); }
+
+    std::string dest_url() const {
+        return postgres() ? "postgresql://postgres@/" + dest_db_ + "?host=" + pg().socket_dir() +
+                                "&port=" + std::to_string(pg().port())
+                          : "sqlite:" + sqlite_path_;
+    }
+
+    std::vector<std::string> args(bool once) const {
+        const std::string path = (dir_ / "pgtide.toml").string();
+        std::ofstream f(path);
+        f << "[source]\ndsn = \"" << pg().dsn(db_) << "\"\npublications = [\"pub\"]\nslot = \""
+          << slot() << "\"\n[destination]\nurl = \"" << dest_url()
+          << "\"\n[snapshot]\npage_rows = 500\n";
+        std::vector<std::string> a{"run", "-c", path};
+        if (once) {
+            a.push_back("--once");
+        }
+        return a;
+    }
+
+    /// `pgtide run --once` to completion, expecting exit 0; its stderr.
+    std::string run_once() const {
+        PgtideProcess p(args(true));
+        const int code = p.wait();
+        EXPECT_EQ(code, 0) << p.stderr_text();
+        return p.stderr_text();
+    }
+
+    std::optional<std::string> dest_value(const std::string& sql) const {
+        try {
+            const Rows r =
+                postgres() ? pg().query(dest_db_, sql) : SqliteFile(sqlite_path_).rows(sql);
+            if (r.size() == 1 && r[0].size() == 1) {
+                return r[0][0];
+            }
+        } catch (const std::exception&) {
+        }
+        return std::nullopt;
+    }
+
+    static bool wait_for(const std::function<bool()>& done) {
+        const auto deadline = std::chrono::steady_clock::now() + 120s;
+        while (std::chrono::steady_clock::now() < deadline) {
+            if (done()) {
+                return true;
+            }
+            std::this_thread::sleep_for(20ms);
+        }
+        return false;
+    }
+
+    /// The state of `table` in _pgtide_tables, if it has a row.
+    std::optional<std::string> state_of(const std::string& table) const {
+        return dest_value("SELECT state FROM _pgtide_tables WHERE source_table = 'public." + table +
+                          "'");
+    }
+
+    /// Every row of `table` (id, v, n) equals the source's.
+    void expect_equal(const std::string& table) const {
+        const std::string sql =
+            "SELECT id::text, v, n::text FROM " + table + " ORDER BY " + table + ".id";
+        const Rows want = pg().query(db_, sql);
+        const Rows got =
+            postgres()
+                ? pg().query(dest_db_, sql)
+                : SqliteFile(sqlite_path_).rows("SELECT id, v, n FROM " + table + " ORDER BY id");
+        EXPECT_EQ(got.size(), want.size()) << table;
+        for (std::size_t i = 0; i < want.size() && i < got.size(); ++i) {
+            if (got[i] != want[i]) {
+                ADD_FAILURE() << table << ": row " << i << " differs (source id "
+                              << want[i][0].value_or("NULL") << ", destination id "
+                              << got[i][0].value_or("NULL") << ")";
+                return;
+            }
+        }
+    }
+
+    /// The source's replication slots of this test's database.
+    std::string slots() const {
+        return value("SELECT coalesce(string_agg(slot_name, ',' ORDER BY slot_name), '') FROM "
+                     "pg_replication_slots WHERE database = current_database()");
+    }
+
+    std::string db_;
+    std::string dest_db_;
+    fs::path dir_;
+    std::string sqlite_path_;
+};
+
+constexpr const char* kTables = R"sql(
+CREATE TABLE a (id bigint PRIMARY KEY, v text, n int);
+CREATE TABLE b (id bigint PRIMARY KEY, v text, n int);
+INSERT INTO a SELECT g, 'a' || g, g FROM generate_series(1, 1000) g;
+INSERT INTO b SELECT g, 'b' || g, g FROM generate_series(1, 20000) g;
+CREATE PUBLICATION pub FOR TABLE a;
+)sql";
+
+// Random inserts, updates (key changes too) and deletes on a and b, one small transaction at a
+// time on a session of its own, until `stop`.
+void write_load(const std::string& dsn, std::atomic<bool>* stop, std::uint64_t seed,
+                std::atomic<long>* transactions) {
+    PgSession s(dsn);
+    std::mt19937_64 rng(seed);
+    long next_id = 1000000;
+    while (!stop->load()) {
+        const char* table = rng() % 2 == 0 ? "a" : "b";
+        const long id = long(rng() % 20000) + 1;
+        std::string sql;
+        switch (rng() % 5) {
+        case 0:
+            sql = "INSERT INTO " + std::string(table) + " VALUES (" + std::to_string(next_id++) +
+                  ", 'new', 1)";
+            break;
+        case 1:
+            sql = "DELETE FROM " + std::string(table) + " WHERE id = " + std::to_string(id);
+            break;
+        case 2:
+            sql = "UPDATE " + std::string(table) + " SET id = " + std::to_string(next_id++) +
+                  " WHERE id = " + std::to_string(id);
+            break;
+        default:
+            sql = "UPDATE " + std::string(table) +
+                  " SET n = n + 1, v = v || '+' WHERE id BETWEEN " + std::to_string(id) + " AND " +
+                  std::to_string(id + 20);
+            break;
+        }
+        s.exec(sql);
+        transactions->fetch_add(1);
+    }
+}
+
+// A table added to the publication while pgtide streams, under a steady write load on it and
+// on the table already published: copied alone, then followed; equal at the end.
+TEST_P(CopyRanges, TableAddedWhileRunningUnderWriteLoadEndsEqual) {
+    exec(kTables);
+    PgtideProcess pgtide(args(false));
+    ASSERT_TRUE(wait_for([&] {
+        return dest_value("SELECT phase FROM _pgtide_checkpoint") ==
+                   std::optional<std::string>("streaming") ||
+               !pgtide.running();
+    }));
+    ASSERT_TRUE(pgtide.running()) << pgtide.stderr_text();
+    std::atomic<bool> stop{false};
+    std::atomic<long> transactions{0};
+    std::thread writer(write_load, pg().dsn(db_), &stop, 7u, &transactions);
+    std::this_thread::sleep_for(1s);
+    exec("ALTER PUBLICATION pub ADD TABLE b");
+    const bool copied = wait_for(
+        [&] { return state_of("b") == std::optional<std::string>("ready") || !pgtide.running(); });
+    std::this_thread::sleep_for(1s); // the load goes on after the copy
+    stop = true;
+    writer.join();
+    ASSERT_TRUE(copied && pgtide.running()) << pgtide.stderr_text();
+    EXPECT_GT(transactions.load(), 50);
+    exec("INSERT INTO a VALUES (-1, 'last', 0)");
+    ASSERT_TRUE(wait_for([&] {
+        return dest_value("SELECT count(*) FROM a WHERE id = -1") ==
+               std::optional<std::string>("1");
+    })) << pgtide.stderr_text();
+    pgtide.kill(SIGTERM);
+    EXPECT_EQ(pgtide.wait(), 0) << pgtide.stderr_text();
+    const std::string log = pgtide.stderr_text();
+    EXPECT_NE(log.find("a table joined the publications while streaming"), std::string::npos)
+        << log;
+    EXPECT_NE(log.find("copying a table that joined the publications"), std::string::npos) << log;
+    expect_equal("a");
+    expect_equal("b");
+    EXPECT_EQ(slots(), slot()); // the copy's temporary slot is gone
+    // The destination goes on following b.
+    exec("UPDATE b SET v = 'later' WHERE id % 10 = 0");
+    exec("DELETE FROM b WHERE id % 10 = 1");
+    run_once();
+    expect_equal("b");
+}
+
+// The same while pgtide is stopped: b, with rows from before it joined and changes after, is
+// copied at start-up; a table that left the publications is forgotten, its destination table
+// kept as it was.
+TEST_P(CopyRanges, TableAddedWhileStoppedIsCopiedAtStart) {
+    exec(kTables);
+    exec("CREATE TABLE c (id bigint PRIMARY KEY, v text, n int)");
+    exec("INSERT INTO c VALUES (1, 'c', 1)");
+    exec("ALTER PUBLICATION pub ADD TABLE c");
+    run_once();
+    exec("ALTER PUBLICATION pub ADD TABLE b");
+    exec("UPDATE b SET v = 'after' WHERE id % 3 = 0");
+    exec("DELETE FROM b WHERE id % 7 = 0");
+    exec("INSERT INTO c VALUES (2, 'c', 2)"); // c's change on its way as it leaves
+    exec("ALTER PUBLICATION pub DROP TABLE c");
+    exec("INSERT INTO c VALUES (3, 'c', 3)");
+    exec("INSERT INTO a VALUES (-1, 'a', 0)");
+    const std::string log = run_once();
+    EXPECT_NE(log.find("copying a table that joined the publications"), std::string::npos) << log;
+    EXPECT_NE(log.find("a table left the publications"), std::string::npos) << log;
+    expect_equal("a");
+    expect_equal("b");
+    EXPECT_EQ(state_of("b"), std::optional<std::string>("ready"));
+    EXPECT_EQ(state_of("c"), std::nullopt);
+    EXPECT_EQ(dest_value("SELECT count(*) FROM c"), std::optional<std::string>("1"));
+    EXPECT_EQ(slots(), slot());
+    exec("UPDATE b SET n = -n WHERE id % 5 = 0");
+    run_once();
+    expect_equal("b");
+}
+
+// Killed while copying a table that joined: the next run copies it again, from an empty table,
+// under a new snapshot; nothing of the killed copy's slot remains.
+TEST_P(CopyRanges, KilledWhileCopyingAJoinedTableCopiesItAgain) {
+    exec(kTables);
+    exec("INSERT INTO b SELECT g, 'more', g FROM generate_series(20001, 200000) g");
+    run_once();
+    exec("ALTER PUBLICATION pub ADD TABLE b");
+    exec("UPDATE b SET v = 'after' WHERE id % 3 = 0");
+    {
+        PgtideProcess pgtide(args(false));
+        ASSERT_TRUE(wait_for([&] {
+            const auto n = dest_value("SELECT count(*) FROM b");
+            return (n && std::stol(*n) > 0) || !pgtide.running();
+        }));
+        ASSERT_TRUE(pgtide.running()) << pgtide.stderr_text();
+        pgtide.kill(SIGKILL);
+        pgtide.wait();
+    }
+    EXPECT_EQ(state_of("b"), std::optional<std::string>("copying"));
+    exec("DELETE FROM b WHERE id % 11 = 0");
+    run_once();
+    expect_equal("a");
+    expect_equal("b");
+    EXPECT_EQ(state_of("b"), std::optional<std::string>("ready"));
+    EXPECT_TRUE(wait_for([&] { return slots() == slot(); })) << slots();
+}
+
+INSTANTIATE_TEST_SUITE_P(Destinations, CopyRanges, ::testing::Values("sqlite", "postgresql"),
+                         [](const ::testing::TestParamInfo<const char*>& param) {
+                             return std::string(param.param);
+                         });
+
+} // namespace
+} // namespace pgtide::testing
