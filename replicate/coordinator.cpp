@@ -771,6 +771,8 @@ io::Task<RunSummary> Coordinator::run_phases() {
             stream_options.spool = spool ? &*spool : nullptr;
             stream_options.copied_at = copied_at;
             stream_options.left = left_tables;
+            stream_options.publications = options_.publications;
+            stream_options.publication_poll_interval = options_.publication_poll_interval;
             const std::map<std::string, std::vector<schema::TableColumn>> recorded =
                 co_await dest->recorded_column_types();
             Stream stream(replication, catalog_conn, catalog, as_followed(tables, recorded), start,

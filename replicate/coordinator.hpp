@@ -56,6 +56,8 @@ struct RunOptions {
     /// means $TMPDIR, else /tmp.
     std::string spool_dir;
     std::chrono::milliseconds heartbeat_interval{10000};
+    /// How often the stream looks for tables the publications gained.
+    std::chrono::milliseconds publication_poll_interval{10000};
     std::chrono::milliseconds flush_interval{100};
     std::int64_t apply_batch_rows = 10000;
     std::vector<TableOverride> tables;

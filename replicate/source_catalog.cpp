@@ -51,6 +51,29 @@ std::string text_array_literal(const std::vector<std::string>& items) {
     return s + "}";
 }
 
+// The relations the publications publish as themselves: oid, schema, name, estimated rows.
+// A partition is left out when one of its ancestors is listed by a publication that publishes
+// via the partition root: pgoutput then publishes its changes as the topmost such ancestor,
+// whichever other publication lists the partition itself (as PostgreSQL 16's
+// pg_get_publication_tables does for several publications; 15 lists both). $1: the
+// publications, a text array.
+const char* published_relations_sql() {
+    return "SELECT DISTINCT c.oid, n.nspname, c.relname, greatest(c.reltuples, 0)::bigint "
+           "FROM pg_publication_tables pt "
+           "JOIN pg_namespace n ON n.nspname = pt.schemaname "
+           "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename "
+           "WHERE pt.pubname = ANY($1::text[]) "
+           "AND NOT (c.relispartition AND EXISTS ("
+           "  SELECT 1 FROM pg_partition_ancestors(c.oid) a "
+           "  JOIN pg_class ac ON ac.oid = a.relid AND ac.oid <> c.oid "
+           "  JOIN pg_namespace an ON an.oid = ac.relnamespace "
+           "  JOIN pg_publication_tables pa ON pa.schemaname = an.nspname "
+           "    AND pa.tablename = ac.relname "
+           "  JOIN pg_publication p ON p.pubname = pa.pubname "
+           "  WHERE p.pubviaroot AND pa.pubname = ANY($1::text[]))) "
+           "ORDER BY 2, 3";
+}
+
 // Splits a PostgreSQL text array of names as array_to_json would not: we ask the server for
 // one name per row instead, so this only has to deal with simple rows.
 std::int64_t to_int64(std::string_view s) {
@@ -91,6 +114,17 @@ std::optional<std::string> single_array_element(std::string_view literal, const 
 
 } // namespace
 
+io::Task<std::vector<std::string>>
+SourceCatalog::published_names(io::PgConnection& conn, std::vector<std::string> publications) {
+    io::PgResult rels = co_await conn.exec_params(published_relations_sql(),
+                                                  params(text_array_literal(publications)));
+    std::vector<std::string> names;
+    for (int r = 0; r < rels.rows(); ++r) {
+        names.push_back(std::string(rels.get(r, 1)) + "." + std::string(rels.get(r, 2)));
+    }
+    co_return names;
+}
+
 io::Task<std::vector<SourceTable>>
 SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string> publications,
                                 std::vector<TableOverride> overrides) {
@@ -106,26 +140,8 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
                                 "... FOR TABLE ...) or fix source.publications");
     }
 
-    // A partition is left out when one of its ancestors is listed by a publication that
-    // publishes via the partition root: pgoutput then publishes its changes as the topmost such
-    // ancestor, whichever other publication lists the partition itself (as PostgreSQL 16's
-    // pg_get_publication_tables does for several publications; 15 lists both).
-    io::PgResult rels = co_await conn.exec_params(
-        "SELECT DISTINCT c.oid, n.nspname, c.relname, greatest(c.reltuples, 0)::bigint "
-        "FROM pg_publication_tables pt "
-        "JOIN pg_namespace n ON n.nspname = pt.schemaname "
-        "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename "
-        "WHERE pt.pubname = ANY($1::text[]) "
-        "AND NOT (c.relispartition AND EXISTS ("
-        "  SELECT 1 FROM pg_partition_ancestors(c.oid) a "
-        "  JOIN pg_class ac ON ac.oid = a.relid AND ac.oid <> c.oid "
-        "  JOIN pg_namespace an ON an.oid = ac.relnamespace "
-        "  JOIN pg_publication_tables pa ON pa.schemaname = an.nspname "
-        "    AND pa.tablename = ac.relname "
-        "  JOIN pg_publication p ON p.pubname = pa.pubname "
-        "  WHERE p.pubviaroot AND pa.pubname = ANY($1::text[]))) "
-        "ORDER BY 2, 3",
-        params(text_array_literal(publications)));
+    io::PgResult rels = co_await conn.exec_params(published_relations_sql(),
+                                                  params(text_array_literal(publications)));
 
     std::vector<SourceTable> out;
     std::map<std::string, std::string> target_owner; // lower-cased target → source name

@@ -47,7 +47,7 @@ Stream::Stream(ReplicationConnection& replication, io::PgConnection& catalog_con
                StreamOptions options)
     : replication_(replication), catalog_conn_(catalog_conn), catalog_(catalog), start_(start),
       durable_(durable), stop_requested_(stop_requested), options_(options), received_(start),
-      last_idle_(start), last_status_(std::chrono::steady_clock::now()) {
+      last_idle_(start), last_status_(std::chrono::steady_clock::now()), last_poll_(last_status_) {
     for (auto& t : tables) {
         by_name_[t->qualified()] = t;
     }
@@ -130,10 +130,25 @@ io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
         if (std::chrono::steady_clock::now() - last_status_ >= options_.status_interval) {
             co_await send_status(false);
         }
+        if (!in_transaction_ && options_.publication_poll_interval.count() > 0 &&
+            std::chrono::steady_clock::now() - last_poll_ >= options_.publication_poll_interval) {
+            last_poll_ = std::chrono::steady_clock::now();
+            co_await poll_publications();
+        }
     }
     co_await flush_batch(out);
     ApplyWork work(Finish{});
     co_await out.send(std::move(work));
+}
+
+io::Task<void> Stream::poll_publications() {
+    const std::vector<std::string> names =
+        co_await SourceCatalog::published_names(catalog_conn_, options_.publications);
+    for (const std::string& name : names) {
+        if (!by_name_.contains(name)) {
+            throw PublicationChanged(name);
+        }
+    }
 }
 
 std::shared_ptr<const schema::Table> Stream::table_for(std::uint32_t relation_oid) const {

@@ -60,6 +60,10 @@ struct StreamOptions {
     /// Tables no longer published whose changes may still be on their way (they left the
     /// publications, or were renamed, after the checkpoint): skipped.
     std::set<std::string> left;
+    /// Every publication_poll_interval, between transactions, the publications' table list is
+    /// read: a table they gained ends the stream with PublicationChanged. Zero: never.
+    std::vector<std::string> publications;
+    std::chrono::milliseconds publication_poll_interval{0};
 };
 
 class Stream {
@@ -102,6 +106,8 @@ private:
     std::shared_ptr<const schema::Table> table_for(std::uint32_t relation_oid) const;
     io::Task<void> flush_batch(io::Channel<ApplyWork>& out);
     io::Task<void> send_status(bool reply);
+    /// Throws PublicationChanged when the publications list a table the stream does not hold.
+    io::Task<void> poll_publications();
 
     ReplicationConnection& replication_;
     io::PgConnection& catalog_conn_;
@@ -125,6 +131,7 @@ private:
     bool done_ = false;
     bool reached_target_ = false;
     std::chrono::steady_clock::time_point last_status_;
+    std::chrono::steady_clock::time_point last_poll_;
     std::chrono::steady_clock::time_point last_received_;
     bool pinged_ = false; ///< a reply was requested since the last message
     std::chrono::steady_clock::time_point pinged_at_;

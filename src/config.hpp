@@ -60,6 +60,9 @@ struct SnapshotConfig {
 struct StreamConfig {
     std::chrono::milliseconds heartbeat_interval{10000};
     std::chrono::milliseconds status_interval{10000};
+    /// How often the running stream looks for tables the publications gained (they are also
+    /// found at their first change).
+    std::chrono::milliseconds publication_poll_interval{10000};
     enum class LargeTransactions { Stream, Off } large_transactions = LargeTransactions::Stream;
     /// Ask pgoutput for binary column values when every published type has a binary decoder.
     bool binary = false;

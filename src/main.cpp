@@ -54,6 +54,7 @@ pgtide::replicate::RunOptions run_options(const pgtide::app::Config& c,
         c.stream.large_transactions == pgtide::app::StreamConfig::LargeTransactions::Stream;
     o.spool_dir = c.stream.spool_dir;
     o.heartbeat_interval = c.stream.heartbeat_interval;
+    o.publication_poll_interval = c.stream.publication_poll_interval;
     o.flush_interval = c.apply.flush_interval;
     o.apply_batch_rows = c.apply.batch_rows;
     for (const auto& t : c.tables) {

@@ -67,7 +67,7 @@ protected:
         std::ofstream f(path);
         f << "[source]\ndsn = \"" << pg().dsn(db_) << "\"\npublications = [\"pub\"]\nslot = \""
           << slot() << "\"\n[destination]\nurl = \"" << dest_url()
-          << "\"\n[snapshot]\npage_rows = 500\n";
+          << "\"\n[snapshot]\npage_rows = 500\n[stream]\npublication_poll_interval = \"300ms\"\n";
         std::vector<std::string> a{"run", "-c", path};
         if (once) {
             a.push_back("--once");
@@ -228,6 +228,32 @@ TEST_P(CopyRanges, TableAddedWhileRunningUnderWriteLoadEndsEqual) {
     exec("DELETE FROM b WHERE id % 10 = 1");
     run_once();
     expect_equal("b");
+}
+
+// A table that joins with no change to announce it is found by the poll of the publications
+// (stream.publication_poll_interval), copied, then followed.
+TEST_P(CopyRanges, TableAddedWhileRunningWithoutChangesIsFoundByThePoll) {
+    exec(kTables);
+    PgtideProcess pgtide(args(false));
+    ASSERT_TRUE(wait_for([&] {
+        return dest_value("SELECT phase FROM _pgtide_checkpoint") ==
+                   std::optional<std::string>("streaming") ||
+               !pgtide.running();
+    }));
+    exec("ALTER PUBLICATION pub ADD TABLE b");
+    ASSERT_TRUE(wait_for(
+        [&] { return state_of("b") == std::optional<std::string>("ready") || !pgtide.running(); }));
+    ASSERT_TRUE(pgtide.running()) << pgtide.stderr_text();
+    expect_equal("b");
+    exec("DELETE FROM b WHERE id % 2 = 0");
+    ASSERT_TRUE(wait_for([&] {
+        return dest_value("SELECT count(*) FROM b") == std::optional<std::string>("10000");
+    })) << pgtide.stderr_text();
+    pgtide.kill(SIGTERM);
+    EXPECT_EQ(pgtide.wait(), 0) << pgtide.stderr_text();
+    expect_equal("a");
+    expect_equal("b");
+    EXPECT_EQ(slots(), slot());
 }
 
 // The same while pgtide is stopped: b, with rows from before it joined and changes after, is
