@@ -317,6 +317,12 @@ TEST_F(Faults, DiskFullWhileStreamingStopsAtTheCheckpointAndLosesNothing) {
 // are refused at once, naming the file and the problem. Fails if SqliteDestination opens a
 // write-protected file read-only without a word (the run would create -wal and -shm, contact the
 // source and fail only at its first write), or if a refused run moves the checkpoint or the slot.
+//
+// Broken on purpose once, then reverted: SqliteDestination::SqliteDestination
+// (replicate/sqlite_destination.cpp) without its `sqlite3_db_readonly(...) == 1` check. The
+// read-only file was opened without a word, -wal and -shm were created, the source contacted,
+// and the run failed only at its first write ("attempt to write a readonly database"):
+// `contains(err, problem)` and `sqlite_files().size() == 1u` failed for "read-only file".
 TEST_F(Faults, ReadOnlyFileOrDirectoryIsRefusedAtStartAndLosesNothing) {
     create_t();
     run_once();
@@ -463,6 +469,11 @@ TEST_F(Faults, RoleStatementTimeoutDoesNotCancelTheSnapshotReaders) {
 // a promoted standby without it looks the same). Fails if a missing slot is not exit 5 with the
 // way out, if that run creates a slot or moves the checkpoint, or if `run --resnapshot` does not
 // start a new epoch that ends equal to the source and then streams on.
+//
+// Broken on purpose once, then reverted: slot_lost_message (replicate/slot_info.cpp) took a
+// missing slot for a healthy one: `if (!info) { return std::nullopt; }`. START_REPLICATION
+// failed instead: `EXPECT_EQ(run_once_with({}, &out, &err), 5)` saw 1, with "replication slot
+// ... does not exist (SQLSTATE 42704)" and neither "no longer exists" nor the way out.
 TEST_F(Faults, SlotDroppedWhileStoppedExitsFiveThenResnapshotRecovers) {
     create_t();
     run_once();
@@ -537,6 +548,11 @@ TEST_F(Faults, SlotInvalidatedByMaxSlotWalKeepSizeExitsFiveThenResnapshotRecover
 // dropped. When the source is reachable again, START_REPLICATION fails; pgtide must exit 5 with
 // the same message as at start-up, not 1 with the server's error. Fails if the reconnect path
 // treats a lost slot as an ordinary error (replicate/coordinator.cpp).
+//
+// Broken on purpose once, then reverted: Coordinator::run_phases (replicate/coordinator.cpp)
+// without the `check_slot_lost` after a reconnect. START_REPLICATION failed instead, and both
+// rounds exited 1, not 5, with the server's error ("cannot read from logical replication slot
+// ... (SQLSTATE 55000)", then "... does not exist (SQLSTATE 42704)"): `EXPECT_EQ(code, 5)`.
 TEST_F(Faults, SlotLostWhileCutOffFromTheSourceExitsFive) {
     create_t();
     TcpProxy proxy("127.0.0.1", pg().port());

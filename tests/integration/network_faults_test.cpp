@@ -236,6 +236,11 @@ TEST_F(NetworkFaults, CutsWhileStreamingReconnectAndLoseNothing) {
 }
 
 // (2) A stall longer than a few seconds: nothing arrives meanwhile, everything after.
+//
+// Broken on purpose once, then reverted: StreamOptions::receive_timeout (replicate/stream.hpp)
+// 3000 ms instead of 30000 ms. The stall was taken for a dead connection ("no message from the
+// source for 3 s, ... presumed dead") and pgtide reconnected; nothing was lost, but
+// `EXPECT_EQ(occurrences(pgtide.stderr_text(), "reconnecting"), 0)` saw 1.
 TEST_F(NetworkFaults, StallThenResumeLosesNothing) {
     exec("CREATE TABLE t (id int PRIMARY KEY, v bigint, note text)");
     exec("INSERT INTO t SELECT g, g, 'snap' FROM generate_series(1, 100) g");
@@ -272,6 +277,11 @@ TEST_F(NetworkFaults, StallThenResumeLosesNothing) {
 }
 
 // (3) The proxy half-closes toward pgtide (pgtide reads EOF while its sending side stays open).
+//
+// Broken on purpose once, then reverted: Coordinator::run_phases (replicate/coordinator.cpp)
+// without `connected = false;` after a lost connection: every retry sent START_REPLICATION on
+// the closed session ("connection is closed") and never reconnected;
+// `wait_reconnected(pgtide, 1)`, then `wait_for_t()`, failed.
 TEST_F(NetworkFaults, HalfCloseTowardTheClientRecovers) {
     exec("CREATE TABLE t (id int PRIMARY KEY, v bigint, note text)");
     exec("INSERT INTO t SELECT g, g, 'snap' FROM generate_series(1, 100) g");
@@ -343,6 +353,12 @@ TEST_F(NetworkFaults, UnreachablePastTheDeadlineExitsThenANewRunCatchesUp) {
 
 // (4a) source.reconnect_deadline bounds one outage, counted from the loss of the connection:
 // a brief cut after pgtide has streamed for longer than the deadline is an ordinary reconnect.
+//
+// Broken on purpose once, then reverted: Coordinator::run_phases (replicate/coordinator.cpp)
+// counted the deadline from the start of streaming: `unreachable_since = steady_clock::now();`
+// instead of `unreachable_since.reset();` once START_REPLICATION succeeded. The cut exited 1
+// ("the source stayed unreachable for 5 s, past source.reconnect_deadline");
+// `wait_reconnected(pgtide, 1)` failed.
 TEST_F(NetworkFaults, BriefCutAfterStreamingLongerThanTheDeadlineReconnects) {
     exec("CREATE TABLE t (id int PRIMARY KEY, v bigint, note text)");
     exec("INSERT INTO t SELECT g, g, 'snap' FROM generate_series(1, 100) g");
@@ -377,6 +393,11 @@ TEST_F(NetworkFaults, BriefCutAfterStreamingLongerThanTheDeadlineReconnects) {
 // source.reconnect_deadline: pgtide must notice the dead session and give up like (4), not
 // wait forever on a socket that will never speak again. 90 s leaves room for a receive timeout
 // as long as PostgreSQL's wal_receiver_timeout (60 s) plus the deadline.
+//
+// Broken on purpose once, then reverted: Stream::run (replicate/stream.cpp) reset its silence
+// bookkeeping (`last_received_ = now; pinged_ = false;`) after every read, timeouts included
+// (the `else` dropped): an unanswered keepalive request never counted, and the assertion
+// "pgtide still running 90 s into a silent network with reconnect_deadline = 3s" failed.
 TEST_F(NetworkFaults, SilentNetworkPastTheDeadlineExits) {
     exec("CREATE TABLE t (id int PRIMARY KEY, v bigint, note text)");
     exec("INSERT INTO t SELECT g, g, 'snap' FROM generate_series(1, 100) g");
@@ -408,6 +429,11 @@ TEST_F(NetworkFaults, SilentNetworkPastTheDeadlineExits) {
 
 // (5) A cut while the snapshot is being copied: the epoch is abandoned and the run finishes on
 // epoch 2, equal to the source.
+//
+// Broken on purpose once, then reverted: Coordinator::run_phases (replicate/coordinator.cpp)
+// computed the snapshot's epoch once, before its attempts loop, so the attempt after the cut
+// reused epoch 1. The copy still ended equal to the source (the epoch's start empties the
+// tables), but on epoch 1: the `"epoch":2` check of stdout failed.
 TEST_F(NetworkFaults, CutDuringTheSnapshotFinishesOnANewEpoch) {
     constexpr int kRows = 100000;
     exec("CREATE TABLE big (id int PRIMARY KEY, v text)");

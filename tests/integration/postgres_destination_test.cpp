@@ -325,6 +325,12 @@ TEST_F(PostgresDestination, CrossVersion) {
 // destination (a lost destination connection is not a lost source connection), the checkpoint
 // never passed what was committed, and the next run ends equal. Fails if a failed destination
 // write let the checkpoint or the slot advance (rows of the interrupted batch would be lost).
+//
+// Broken on purpose once, then reverted: is_connection_loss (replicate/coordinator.cpp) took a
+// broken destination connection for a lost source connection: `catch (const DestinationError&
+// de) { return de.kind() == DestinationErrorKind::Io; }`. pgtide reconnected to the source
+// again and again ("starting a transaction: ... no connection to the server");
+// "pgtide kept running with its destination gone".
 TEST_F(PostgresDestination, DestinationRestartMidStreamLosesNothing) {
     PGTIDE_REQUIRE_PG();
     PgServer dest_server;
@@ -392,6 +398,12 @@ TEST_F(PostgresDestination, DestinationRestartMidStreamLosesNothing) {
 // by hand stands for a revoked privilege or a full disk) stops pgtide with the destination's
 // error, exit 1, and no checkpoint past the source transaction whose write failed; once the
 // fault is cleared, the next run ends equal.
+//
+// Broken on purpose once, then reverted: PostgresDestination::merge
+// (replicate/postgres_destination.cpp) skipped what the destination refused (SAVEPOINT before
+// the merge, ROLLBACK TO SAVEPOINT on a constraint error). The run exited 0, not 1, without
+// "refuse_777"; the checkpoint passed the refused transaction (`EXPECT_LE(checkpoint,
+// before_refused)`: 31360112 vs 31215160); the last run ended with 200 rows of the source's 453.
 TEST_F(PostgresDestination, RefusedWriteStopsAtTheCheckpointAndLosesNothing) {
     PGTIDE_REQUIRE_PG();
     exec(kCreateSource);
