@@ -166,7 +166,12 @@ io::Task<void> Applier::apply(ApplyWork work) {
     }
     if (auto* done = std::get_if<CopyComplete>(&work)) {
         const auto& t = *tables_.at(done->table);
-        note_progress(TableProgress{t.qualified(), t.target, TableState::Copied, checkpoint_.epoch,
+        // A table copied alone is ready as soon as it is whole: the stream applies its changes
+        // from its copy's version on (DESIGN §4 "Copy ranges"), and a kill now does not copy
+        // it again.
+        note_progress(TableProgress{t.qualified(), t.target,
+                                    copy_version_ ? TableState::Ready : TableState::Copied,
+                                    checkpoint_.epoch,
                                     copy_version_.value_or(checkpoint_.consistent_lsn),
                                     done->rows});
         stats_.tables_copied += 1;
@@ -308,6 +313,19 @@ io::Task<void> Applier::complete_snapshot() {
     co_await commit(checkpoint_.consistent_lsn);
 }
 
+io::Task<void> Applier::resume_snapshot(std::vector<TableProgress> copied) {
+    std::vector<std::string> targets;
+    for (TableProgress& p : copied) {
+        targets.push_back(p.target_table);
+        p.state = TableState::Ready;
+        note_progress(std::move(p));
+    }
+    co_await destination_.clear_tombstones(std::move(targets));
+    in_transaction_ = true;
+    checkpoint_.phase = Phase::Streaming; // see complete_snapshot
+    co_await commit(checkpoint_.consistent_lsn);
+}
+
 io::Task<void> Applier::start_table_copies(std::vector<std::shared_ptr<const schema::Table>> tables,
                                            schema::Lsn version) {
     set_tables(std::move(tables));
@@ -331,16 +349,11 @@ io::Task<void> Applier::complete_table_copies() {
     if (!copy_version_) {
         throw InternalError("complete_table_copies without start_table_copies");
     }
-    std::vector<std::string> targets;
-    for (std::size_t i = 0; i < tables_.size(); ++i) {
-        const auto& t = *tables_[i];
-        note_progress(TableProgress{t.qualified(), t.target, TableState::Ready, checkpoint_.epoch,
-                                    *copy_version_, rows_per_table_.at(i)});
-        targets.push_back(t.target);
+    // Each table became ready with its CopyComplete; no stream change was applied meanwhile, so
+    // none left a tombstone.
+    if (in_transaction_ || !progress_.empty()) {
+        co_await commit(checkpoint_.lsn);
     }
-    co_await destination_.clear_tombstones(std::move(targets));
-    in_transaction_ = true;
-    co_await commit(checkpoint_.lsn);
     copy_version_.reset();
 }
 

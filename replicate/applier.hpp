@@ -76,6 +76,11 @@ public:
     /// Every table is copied: tables ready, tombstones gone, phase streaming at the consistent
     /// LSN. Commits. Suspends.
     io::Task<void> complete_snapshot();
+    /// Ends an epoch whose snapshot a killed process left unfinished: the tables of `copied`
+    /// (copied whole in it) become ready, their tombstones go, and the phase becomes streaming
+    /// at the consistent LSN; the other tables are left to start_table_copies(). Commits.
+    /// Suspends.
+    io::Task<void> resume_snapshot(std::vector<TableProgress> copied);
     /// Starts copies of `tables` alone while the epoch streams (tables that joined the
     /// publications, DESIGN §4 "Copy ranges"), read under a snapshot of their own whose
     /// consistent LSN `version` becomes the version of their rows: empties them, records them
@@ -83,8 +88,9 @@ public:
     /// until complete_table_copies(). Suspends.
     io::Task<void> start_table_copies(std::vector<std::shared_ptr<const schema::Table>> tables,
                                       schema::Lsn version);
-    /// The copies started by start_table_copies() are whole: each table ready at the copy's
-    /// version, its tombstones gone. Commits (the checkpoint LSN does not move). Suspends.
+    /// The copies started by start_table_copies() are whole (each table became ready, at the
+    /// copy's version, with its CopyComplete). Commits what is left (the checkpoint LSN does
+    /// not move). Suspends.
     io::Task<void> complete_table_copies();
     /// Deletes the state rows of tables that left the publications. Commits. Suspends.
     io::Task<void> forget_tables(std::vector<std::string> source_tables);

@@ -339,10 +339,15 @@ follow_publications(PublicationFollower f, std::vector<SourceTable> source_table
     const std::string copy_slot = o.slot.substr(0, 40) + "_copy_" + f.owner.substr(0, 8);
     const CreatedSlot created = co_await copy_conn.create_slot(copy_slot, true);
     for (const SourceTable& st : joined) {
-        io::log_info("copying a table that joined the publications",
-                     {{"table", st.table.qualified()},
-                      {"slot", copy_slot},
-                      {"lsn", created.consistent_lsn.str()}});
+        const std::string name = st.table.qualified();
+        const bool had_state =
+            std::any_of(states.begin(), states.end(),
+                        [&name](const TableProgress& p) { return p.source_table == name; });
+        io::log_info("copying a table alone", {{"table", name},
+                                               {"reason", had_state ? "its copy did not finish"
+                                                                    : "it joined the publications"},
+                                               {"slot", copy_slot},
+                                               {"lsn", created.consistent_lsn.str()}});
     }
     std::vector<std::shared_ptr<const schema::Table>> copies =
         destination_tables(joined, !o.postgres_url.empty());
@@ -538,7 +543,32 @@ io::Task<RunSummary> Coordinator::run_phases() {
     }
 
     const bool need_snapshot = checkpoint->phase == Phase::Snapshot || options_.resnapshot;
-    if (need_snapshot) {
+    // A snapshot a killed process left unfinished resumes when its slot is still there, proven
+    // ours and usable: the tables it copied whole stay, the epoch goes on streaming from its
+    // consistent point, and every other table is copied alone (DESIGN §4 "Copy ranges") before
+    // the stream starts. Otherwise the snapshot starts over in a new epoch.
+    bool resume = false;
+    if (need_snapshot && !options_.resnapshot && checkpoint->phase == Phase::Snapshot &&
+        checkpoint->lsn.valid() && slot_info && slot_info->slot_type == "logical" &&
+        slot_info->plugin == "pgoutput" && slot_info->database == identity.database &&
+        slot_proven_ours(*checkpoint, *slot_info)) {
+        resume = !(co_await check_slot_lost(catalog_conn, slot)).has_value();
+    }
+    if (resume) {
+        std::vector<TableProgress> copied;
+        for (const TableProgress& p : co_await dest->table_states(slot)) {
+            if (p.epoch == checkpoint->epoch &&
+                (p.state == TableState::Copied || p.state == TableState::Ready)) {
+                copied.push_back(p);
+            }
+        }
+        io::log_info("resuming the unfinished snapshot: the tables it copied stay, the others "
+                     "are copied alone",
+                     {{"epoch", std::to_string(checkpoint->epoch)},
+                      {"slot", slot},
+                      {"tables_copied", std::to_string(copied.size())}});
+        co_await applier.resume_snapshot(std::move(copied));
+    } else if (need_snapshot) {
         if (slot_info) {
             // Drop only a slot this destination proves it created for an unfinished epoch, or
             // one the user allowed us to replace.
@@ -679,7 +709,7 @@ io::Task<RunSummary> Coordinator::run_phases() {
     std::map<std::string, schema::Lsn> copied_at;
     // The publications gained a table since the destination was copied (found at start-up, or
     // by the stream): it is copied before the stream goes on.
-    bool follow_tables = !need_snapshot;
+    bool follow_tables = !need_snapshot || resume;
     std::string joined_table;          ///< named by the stream's PublicationChanged
     std::set<std::string> left_tables; ///< not published now, changes still in the stream
 
