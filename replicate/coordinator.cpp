@@ -660,7 +660,8 @@ io::Task<RunSummary> Coordinator::run_phases() {
             }
             co_await applier.abort();
             if (stop_requested_) {
-                io::log_info("stopped during the snapshot; the next run starts a new epoch");
+                io::log_info("stopped during the snapshot; the next run resumes it (or starts a "
+                             "new epoch if its slot is gone)");
                 break;
             }
             if (!is_connection_loss(error) || attempt >= options_.max_attempts) {

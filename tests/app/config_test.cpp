@@ -114,6 +114,7 @@ split_rows = 250000
 [stream]
 heartbeat_interval = "30s"
 status_interval = "1m30s"
+publication_poll_interval = "2s"
 large_transactions = "off"
 spool_dir = "/var/spool/pgtide"
 
@@ -158,6 +159,7 @@ name = "customers"
                                        .split_rows = 250000};
     expected.stream = StreamConfig{.heartbeat_interval = 30s,
                                    .status_interval = 90s,
+                                   .publication_poll_interval = 2s,
                                    .large_transactions = StreamConfig::LargeTransactions::Off,
                                    .spool_dir = "/var/spool/pgtide"};
     expected.apply =

@@ -646,7 +646,8 @@ struct Kill {
 };
 
 // The kills of one run, all drawn from the seed before anything runs: the first fifth (at least
-// one) aim at the initial snapshot, each restarting it in a new epoch.
+// one) aim at the copy of c_big, in the initial snapshot or, once a killed snapshot has
+// resumed, in its copy alone (DESIGN §4 "Copy ranges").
 std::vector<Kill> plan_kills(std::uint64_t seed, int kills) {
     std::mt19937_64 rng(seed);
     const auto uniform = [&rng](int lo, int hi) {
@@ -755,13 +756,22 @@ protected:
                              r[3].value_or("")};
     }
 
-    /// Rows of c_big copied so far in an epoch after `epoch`.
-    std::int64_t copied_after(std::int64_t epoch) const {
-        const auto rows = destination_rows(
-            "SELECT max(rows_copied) FROM _pgtide_tables WHERE source_table = 'public.c_big' "
-            "AND epoch > " +
-            std::to_string(epoch));
-        return rows && rows->size() == 1 && (*rows)[0][0] ? std::stoll(*(*rows)[0][0]) : 0;
+    /// The copy of c_big as _pgtide_tables records it: state, copy_lsn (which tells one copy
+    /// from the next), rows copied.
+    struct BigCopy {
+        std::string state;
+        std::string copy_lsn;
+        std::int64_t rows = 0;
+    };
+    std::optional<BigCopy> big_copy() const {
+        const auto rows =
+            destination_rows("SELECT state, copy_lsn, rows_copied FROM _pgtide_tables WHERE "
+                             "source_table = 'public.c_big'");
+        if (!rows || rows->size() != 1 || !(*rows)[0][2]) {
+            return std::nullopt;
+        }
+        const Row& r = (*rows)[0];
+        return BigCopy{r[0].value_or(""), r[1].value_or(""), std::stoll(*r[2])};
     }
 
     std::optional<std::int64_t> slot_confirmed_flush() const {
@@ -878,7 +888,6 @@ TEST_P(CrashMatrix, KilledAtRandomInstantsEndsEqualToTheSource) {
     for (int i = 0; i < kills; ++i) {
         const Kill& kill = plan[std::size_t(i)];
         const std::optional<CheckpointRow> before = checkpoint();
-        const std::int64_t epoch_before = before ? before->epoch : 0;
         PgtideProcess p(args(false));
         const auto started = Clock::now();
         std::string note;
@@ -890,9 +899,10 @@ TEST_P(CrashMatrix, KilledAtRandomInstantsEndsEqualToTheSource) {
             return now && now->phase == "streaming" &&
                    (!before || (now->owner != before->owner && now->lsn > before->lsn));
         };
+        const std::optional<BigCopy> big_before = big_copy();
         switch (kill.kind) {
         case KillKind::Snapshot:
-            if (before && before->phase == "streaming") {
+            if (big_before && big_before->state == "ready") {
                 // An earlier kill came too late: the snapshot is done and will not run again.
                 ok = poll([&] { return !p.running() || !writer.error().empty() || progressed(); });
                 std::this_thread::sleep_for(kill.delay);
@@ -900,11 +910,13 @@ TEST_P(CrashMatrix, KilledAtRandomInstantsEndsEqualToTheSource) {
                        " ms after it applied something";
             } else if (kill.copied_share >= 0) {
                 const auto rows = std::int64_t(kill.copied_share * double(kSnapshotRows));
+                // A copy of c_big this run started (a new epoch's, or its copy alone once the
+                // epoch resumed) has a copy_lsn of its own.
                 ok = poll([&] {
-                    const auto now = checkpoint();
+                    const auto now = big_copy();
                     return !p.running() || !writer.error().empty() ||
-                           copied_after(epoch_before) >= rows ||
-                           (now && now->epoch > epoch_before && now->phase == "streaming");
+                           (now && (!big_before || now->copy_lsn != big_before->copy_lsn) &&
+                            (now->rows >= rows || now->state == "copied" || now->state == "ready"));
                 });
                 note = "after " + std::to_string(rows) + " rows of c_big";
             } else {
@@ -946,12 +958,12 @@ TEST_P(CrashMatrix, KilledAtRandomInstantsEndsEqualToTheSource) {
         std::string where = "before its first checkpoint";
         if (!after || (before && after->owner == before->owner)) {
             ++kills_before_a_checkpoint;
-        } else if (after->phase == "streaming") {
+        } else if (after->phase == "streaming" && big_copy() && big_copy()->state == "ready") {
             ++kills_in_stream;
             where = "streaming";
         } else {
             ++kills_in_snapshot;
-            where = "snapshot";
+            where = "copying c_big (snapshot, or its copy alone)";
         }
         if (after && after->phase == "streaming") {
             const std::optional<std::int64_t> confirmed = slot_confirmed_flush();
@@ -972,7 +984,7 @@ TEST_P(CrashMatrix, KilledAtRandomInstantsEndsEqualToTheSource) {
     const std::string workload_error = writer.stop();
     ASSERT_EQ(workload_error, "");
     std::cout << "[ crash ] workload: " << writer.stats().str() << std::endl;
-    std::cout << "[ crash ] kills landed: " << kills_in_snapshot << " in the snapshot, "
+    std::cout << "[ crash ] kills landed: " << kills_in_snapshot << " while c_big was copied, "
               << kills_in_stream << " while streaming, " << kills_before_a_checkpoint
               << " before the new process wrote its first checkpoint" << std::endl;
 
