@@ -19,6 +19,8 @@ struct PgConnection::State {
     PGconn* conn = nullptr;
     CancelSource closing; // cancels every pending wait when the connection closes
     int readers = 0;      // coroutines suspended waiting for input in copy_both_read
+    std::optional<std::chrono::milliseconds> command_timeout; // see set_command_timeout
+    Deadline command_deadline; // of the command running now, from command_timeout
 
     State() = default;
     State(const State&) = delete;
@@ -157,10 +159,18 @@ Task<void> flush(PgConnection::State* s) {
     }
 }
 
-/// The next result of the running command, or an empty PgResult when it is complete.
+/// The next result of the running command, or an empty PgResult when it is complete. Past the
+/// command's deadline (set_command_timeout), closes the connection and throws PgError as a lost
+/// connection: a server that does not answer is as good as gone.
 Task<PgResult> next_result(PgConnection::State* s) {
     while (PQisBusy(s->conn) != 0) {
-        co_await receive(s, std::nullopt);
+        if (!co_await receive(s, s->command_deadline)) {
+            const auto ms = s->command_timeout ? s->command_timeout->count() : 0;
+            s->close();
+            throw PgError("no answer from the server within " + std::to_string(ms) +
+                              " ms; the connection is presumed dead",
+                          {}, true);
+        }
     }
     co_return PgResult{PQgetResult(s->conn)};
 }
@@ -329,8 +339,26 @@ std::string escape(PGconn* conn, std::string_view s, bool identifier) {
     return out;
 }
 
+// Sets the deadline of a query from the connection's command timeout for as long as it runs
+// (COPY, which has no deadline, never sees a stale one).
+class CommandDeadline {
+public:
+    explicit CommandDeadline(PgConnection::State* s) : s_(s) {
+        if (s_->command_timeout) {
+            s_->command_deadline = std::chrono::steady_clock::now() + *s_->command_timeout;
+        }
+    }
+    ~CommandDeadline() { s_->command_deadline.reset(); }
+    CommandDeadline(const CommandDeadline&) = delete;
+    CommandDeadline& operator=(const CommandDeadline&) = delete;
+
+private:
+    PgConnection::State* s_;
+};
+
 Task<PgResult> exec_impl(std::shared_ptr<PgConnection::State> s, std::string sql) {
     ensure_open(s);
+    const CommandDeadline deadline(s.get());
     if (PQsendQuery(s->conn, sql.c_str()) == 0) {
         throw connection_error(s->conn, "sending a query", false);
     }
@@ -341,6 +369,7 @@ Task<PgResult> exec_impl(std::shared_ptr<PgConnection::State> s, std::string sql
 Task<PgResult> exec_params_impl(std::shared_ptr<PgConnection::State> s, std::string sql,
                                 std::vector<std::optional<std::string>> params) {
     ensure_open(s);
+    const CommandDeadline deadline(s.get());
     std::vector<const char*> values;
     values.reserve(params.size());
     for (const auto& p : params) {
@@ -613,6 +642,12 @@ int PgConnection::server_version() const noexcept {
 
 bool PgConnection::is_open() const noexcept {
     return raw() != nullptr && PQstatus(raw()) == CONNECTION_OK;
+}
+
+void PgConnection::set_command_timeout(std::optional<std::chrono::milliseconds> timeout) {
+    if (state_) {
+        state_->command_timeout = timeout;
+    }
 }
 
 void PgConnection::close() noexcept {

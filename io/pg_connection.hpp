@@ -101,6 +101,10 @@ public:
     /// Returns the last result (empty for an empty query) after reading all of them; throws
     /// PgError for the first error result.
     Task<PgResult> exec(std::string sql);
+    /// From now on, exec and exec_params that get no complete answer within `timeout` close
+    /// the connection and throw PgError with connection_lost (a silent network would otherwise
+    /// hold them forever). nullopt (the default): no limit. COPY is never limited.
+    void set_command_timeout(std::optional<std::chrono::milliseconds> timeout);
     /// Extended protocol with text parameters ($1...; nullopt is NULL). Not on replication
     /// connections.
     Task<PgResult> exec_params(std::string sql, std::vector<std::optional<std::string>> params);

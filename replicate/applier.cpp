@@ -28,7 +28,7 @@ void publish_checkpoint(Metrics* metrics, const Checkpoint& checkpoint) {
 Applier::Applier(Destination& destination, Checkpoint durable, ApplierOptions options)
     : destination_(destination), checkpoint_(std::move(durable)), options_(options),
       last_commit_(std::chrono::steady_clock::now()), complete_lsn_(checkpoint_.lsn),
-      last_progress_log_(last_commit_) {
+      last_progress_log_(last_commit_), last_request_check_(last_commit_) {
     publish_checkpoint(options_.metrics, checkpoint_);
 }
 
@@ -116,6 +116,17 @@ io::Task<void> Applier::commit(schema::Lsn lsn) {
     if (stream_ != nullptr) {
         // Only now is the checkpoint durable: the slot may move up to it, never further.
         co_await stream_->send_status(checkpoint_.lsn, checkpoint_.lsn, false);
+        if (options_.copy_request_interval.count() > 0 &&
+            last_commit_ - last_request_check_ >= options_.copy_request_interval) {
+            last_request_check_ = last_commit_;
+            const std::vector<TableProgress> states =
+                co_await destination_.table_states(checkpoint_.slot_name);
+            for (const TableProgress& p : states) {
+                if (p.state == TableState::Init) {
+                    throw CopyRequested(p.source_table);
+                }
+            }
+        }
     }
 }
 
@@ -169,11 +180,9 @@ io::Task<void> Applier::apply(ApplyWork work) {
         // A table copied alone is ready as soon as it is whole: the stream applies its changes
         // from its copy's version on (DESIGN §4 "Copy ranges"), and a kill now does not copy
         // it again.
-        note_progress(TableProgress{t.qualified(), t.target,
-                                    copy_version_ ? TableState::Ready : TableState::Copied,
-                                    checkpoint_.epoch,
-                                    copy_version_.value_or(checkpoint_.consistent_lsn),
-                                    done->rows});
+        note_progress(TableProgress{
+            t.qualified(), t.target, copy_version_ ? TableState::Ready : TableState::Copied,
+            checkpoint_.epoch, copy_version_.value_or(checkpoint_.consistent_lsn), done->rows});
         stats_.tables_copied += 1;
         if (options_.metrics != nullptr) {
             options_.metrics->tables_copied += 1;

@@ -42,6 +42,9 @@ struct ApplierOptions {
     std::chrono::milliseconds idle_checkpoint_interval{10000};
     std::chrono::milliseconds progress_interval{10000}; ///< between progress log lines
     Metrics* metrics = nullptr;                         ///< counters to bump, if any
+    /// While streaming, at most this often (after a commit) the table states are read: a table
+    /// whose state is init (`pgtide resync`) ends the run with CopyRequested. Zero: never.
+    std::chrono::milliseconds copy_request_interval{0};
 };
 
 struct ApplyStats {
@@ -137,6 +140,7 @@ private:
     ApplyStats stats_;
     ApplyStats logged_; ///< stats_ at the last progress line
     std::chrono::steady_clock::time_point last_progress_log_;
+    std::chrono::steady_clock::time_point last_request_check_;
 };
 
 } // namespace pgtide::replicate

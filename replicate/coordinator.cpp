@@ -340,12 +340,15 @@ follow_publications(PublicationFollower f, std::vector<SourceTable> source_table
     const CreatedSlot created = co_await copy_conn.create_slot(copy_slot, true);
     for (const SourceTable& st : joined) {
         const std::string name = st.table.qualified();
-        const bool had_state =
-            std::any_of(states.begin(), states.end(),
-                        [&name](const TableProgress& p) { return p.source_table == name; });
+        const auto state =
+            std::find_if(states.begin(), states.end(),
+                         [&name](const TableProgress& p) { return p.source_table == name; });
+        const char* reason = state == states.end() ? "it joined the publications"
+                             : state->state == TableState::Init
+                                 ? "a copy was requested or had not started"
+                                 : "its copy did not finish";
         io::log_info("copying a table alone", {{"table", name},
-                                               {"reason", had_state ? "its copy did not finish"
-                                                                    : "it joined the publications"},
+                                               {"reason", reason},
                                                {"slot", copy_slot},
                                                {"lsn", created.consistent_lsn.str()}});
     }
@@ -525,6 +528,7 @@ io::Task<RunSummary> Coordinator::run_phases() {
     applier_options.flush_interval = options_.flush_interval;
     applier_options.idle_checkpoint_interval = options_.status_interval;
     applier_options.metrics = &metrics_;
+    applier_options.copy_request_interval = options_.publication_poll_interval;
     Applier applier(*dest, *checkpoint, applier_options);
     applier.set_tables(tables);
     if (checkpoint->owner != owner) {
@@ -830,6 +834,13 @@ io::Task<RunSummary> Coordinator::run_phases() {
             // stream again from the checkpoint.
             io::log_info("a table joined the publications while streaming", {{"table", e.table()}});
             joined_table = e.table();
+            follow_tables = true;
+            replication.connection().close();
+            connected = false;
+            continue;
+        } catch (const CopyRequested& e) {
+            io::log_info("a new copy of a table was requested (pgtide resync)",
+                         {{"table", e.table()}});
             follow_tables = true;
             replication.connection().close();
             connected = false;

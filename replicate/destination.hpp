@@ -74,6 +74,13 @@ public:
     /// of, or is copying, and where each copy stands.
     virtual io::Task<std::vector<TableProgress>> table_states(std::string slot) = 0;
 
+    /// Asks for a new copy of each of `source_tables` (`pgtide resync`): sets its `_pgtide_tables`
+    /// state to init, in a transaction of its own (no transaction may be open). The process
+    /// that streams (this one later, or another now) copies them alone. Tables without a state
+    /// row are left alone.
+    virtual io::Task<void> request_copies(std::string slot,
+                                          std::vector<std::string> source_tables) = 0;
+
     /// Creates (or, where compatible, adopts and extends) the target table of each of `tables`
     /// in a transaction of its own. No transaction may be open.
     virtual io::Task<void> create_tables(std::vector<schema::Table> tables) = 0;

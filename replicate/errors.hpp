@@ -49,6 +49,18 @@ private:
     std::string table_;
 };
 
+/// `pgtide resync` asked for a new copy of a table (its state is init): the streaming process
+/// copies it alone (DESIGN §4 "Copy ranges"), then streams on from the checkpoint.
+class CopyRequested : public std::runtime_error {
+public:
+    explicit CopyRequested(const std::string& table)
+        : std::runtime_error("a new copy of table " + table + " was requested"), table_(table) {}
+    const std::string& table() const { return table_; }
+
+private:
+    std::string table_;
+};
+
 /// A broken invariant (a change outside a transaction, LSNs out of order). Never swallowed.
 class InternalError : public std::logic_error {
 public:

@@ -611,6 +611,15 @@ io::Task<void> PostgresDestination::empty_tables(std::vector<schema::Table> tabl
     }
 }
 
+io::Task<void> PostgresDestination::request_copies(std::string slot,
+                                                   std::vector<std::string> source_tables) {
+    co_await run_params(std::string("UPDATE ") + kTablesTable +
+                            " SET state = 'init' WHERE slot_name = $1 AND source_table = "
+                            "ANY($2::text[])",
+                        params(slot, schema::text_array_literal(source_tables)),
+                        "requesting copies of tables of slot " + slot);
+}
+
 io::Task<void> PostgresDestination::forget_tables(std::string slot,
                                                   std::vector<std::string> source_tables) {
     co_await begin();

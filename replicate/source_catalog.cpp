@@ -33,24 +33,6 @@ std::string oid_array_literal(const std::vector<std::uint32_t>& oids) {
     return s + "}";
 }
 
-std::string text_array_literal(const std::vector<std::string>& items) {
-    std::string s = "{";
-    for (std::size_t i = 0; i < items.size(); ++i) {
-        if (i) {
-            s += ',';
-        }
-        s += '"';
-        for (char c : items[i]) {
-            if (c == '"' || c == '\\') {
-                s += '\\';
-            }
-            s += c;
-        }
-        s += '"';
-    }
-    return s + "}";
-}
-
 // The relations the publications publish as themselves: oid, schema, name, estimated rows.
 // A partition is left out when one of its ancestors is listed by a publication that publishes
 // via the partition root: pgoutput then publishes its changes as the topmost such ancestor,
@@ -117,7 +99,7 @@ std::optional<std::string> single_array_element(std::string_view literal, const 
 io::Task<std::vector<std::string>>
 SourceCatalog::published_names(io::PgConnection& conn, std::vector<std::string> publications) {
     io::PgResult rels = co_await conn.exec_params(published_relations_sql(),
-                                                  params(text_array_literal(publications)));
+                                                  params(schema::text_array_literal(publications)));
     std::vector<std::string> names;
     for (int r = 0; r < rels.rows(); ++r) {
         names.push_back(std::string(rels.get(r, 1)) + "." + std::string(rels.get(r, 2)));
@@ -132,7 +114,7 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
     io::PgResult pubs =
         co_await conn.exec_params("SELECT p FROM unnest($1::text[]) p WHERE NOT EXISTS "
                                   "(SELECT 1 FROM pg_publication WHERE pubname = p)",
-                                  params(text_array_literal(publications)));
+                                  params(schema::text_array_literal(publications)));
     if (pubs.rows() > 0) {
         throw DefiniteError(ExitCode::SourceNotReady,
                             "publication \"" + std::string(pubs.get(0, 0)) +
@@ -141,7 +123,7 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
     }
 
     io::PgResult rels = co_await conn.exec_params(published_relations_sql(),
-                                                  params(text_array_literal(publications)));
+                                                  params(schema::text_array_literal(publications)));
 
     std::vector<SourceTable> out;
     std::map<std::string, std::string> target_owner; // lower-cased target → source name
@@ -171,7 +153,8 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
             "     FROM pg_publication_tables pt WHERE pt.pubname = ANY($2::text[]) "
             "     AND pt.schemaname = $3 AND pt.tablename = $4) "
             "ORDER BY a.attnum",
-            params(relid, text_array_literal(publications), st.table.schema, st.table.name));
+            params(relid, schema::text_array_literal(publications), st.table.schema,
+                   st.table.name));
         for (int c = 0; c < cols.rows(); ++c) {
             SourceColumn sc;
             sc.name = std::string(cols.get(c, 0));
@@ -198,7 +181,7 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
         io::PgResult filters = co_await conn.exec_params(
             "SELECT rowfilter FROM pg_publication_tables WHERE pubname = ANY($1::text[]) "
             "AND schemaname = $2 AND tablename = $3",
-            params(text_array_literal(publications), st.table.schema, st.table.name));
+            params(schema::text_array_literal(publications), st.table.schema, st.table.name));
         for (int f = 0; f < filters.rows(); ++f) {
             if (filters.is_null(f, 0)) {
                 st.row_filter.clear();
@@ -398,7 +381,7 @@ LEFT JOIN pg_class r ON r.oid = t.typrelid
 WHERE t.typtype IN ('e', 'd', 'c') AND (t.typtype <> 'c' OR r.relkind = 'c')
   AND n.nspname NOT IN ('pg_catalog', 'information_schema')
 ORDER BY u.depth DESC, n.nspname, t.typname)sql",
-                                               params(text_array_literal(names)));
+                                               params(schema::text_array_literal(names)));
     std::vector<UserType> out;
     for (int i = 0; i < r.rows(); ++i) {
         out.push_back(

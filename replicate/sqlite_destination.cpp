@@ -859,6 +859,19 @@ void SqliteDestination::empty_tables(const std::vector<schema::Table>& tables) {
     }
 }
 
+void SqliteDestination::request_copies(const std::string& slot,
+                                       const std::vector<std::string>& source_tables) {
+    Statement stmt = prepare(R"(UPDATE "_pgtide_tables" SET "state" = 'init' WHERE "slot_name" = ?1
+                                AND "source_table" = ?2)",
+                             "preparing to request copies for slot " + slot);
+    for (const std::string& name : source_tables) {
+        sqlite3_reset(stmt.get());
+        bind_str(stmt.get(), 1, slot);
+        bind_str(stmt.get(), 2, name);
+        step(stmt.get(), "requesting a copy of", name);
+    }
+}
+
 void SqliteDestination::forget_tables(const std::string& slot,
                                       const std::vector<std::string>& source_tables) {
     Statement stmt =

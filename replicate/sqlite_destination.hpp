@@ -123,6 +123,8 @@ public:
     /// Empties the target tables of `tables` and their tombstones, and records their column
     /// types as they are now (a copy of them follows).
     void empty_tables(const std::vector<schema::Table>& tables);
+    /// Sets the `_pgtide_tables` state of `source_tables` for `slot` to init (a copy requested).
+    void request_copies(const std::string& slot, const std::vector<std::string>& source_tables);
     /// Deletes the `_pgtide_tables` rows of `source_tables` for `slot`.
     void forget_tables(const std::string& slot, const std::vector<std::string>& source_tables);
 

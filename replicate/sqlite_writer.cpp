@@ -133,6 +133,17 @@ io::Task<void> SqliteWriter::reset_tables(std::string slot, std::vector<schema::
     co_await writer_.run(std::move(job));
 }
 
+io::Task<void> SqliteWriter::request_copies(std::string slot,
+                                            std::vector<std::string> source_tables) {
+    SqliteDestination* db = db_.get();
+    auto job = [db, slot, source_tables = std::move(source_tables)]() {
+        db->begin();
+        db->request_copies(slot, source_tables);
+        db->commit();
+    };
+    co_await writer_.run(std::move(job));
+}
+
 io::Task<void> SqliteWriter::empty_tables(std::vector<schema::Table> tables) {
     SqliteDestination* db = db_.get();
     auto job = [db, tables = std::move(tables)]() {

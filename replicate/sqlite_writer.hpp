@@ -31,6 +31,8 @@ public:
     io::Task<void> apply_changes(std::vector<Change> changes) override;
     io::Task<void> reset_tables(std::string slot, std::vector<schema::Table> tables) override;
     io::Task<void> empty_tables(std::vector<schema::Table> tables) override;
+    io::Task<void> request_copies(std::string slot,
+                                  std::vector<std::string> source_tables) override;
     io::Task<void> forget_tables(std::string slot, std::vector<std::string> source_tables) override;
     io::Task<void> clear_tombstones(std::vector<std::string> targets) override;
     io::Task<bool> commit(std::vector<TableProgress> progress, Checkpoint expected,

@@ -60,6 +60,9 @@ io::Task<void> Stream::send_status(bool reply) {
 
 io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
     decoder_ = std::make_unique<PgOutputDecoder>(replication_.proto_version());
+    // The catalog session shares the network with the stream: a query it sends into a silent
+    // network must fail like the stream does, not hold the reader forever.
+    catalog_conn_.set_command_timeout(options_.receive_timeout);
     if (options_.spool != nullptr) {
         // Transactions a previous session left open are resent from their start.
         co_await options_.spool->discard_all();

@@ -34,4 +34,23 @@ std::string quote_sqlite_literal(std::string_view text) {
     return quote_with(text, '\'', "literal");
 }
 
+std::string text_array_literal(const std::vector<std::string>& items) {
+    std::string out = "{";
+    for (std::size_t i = 0; i < items.size(); ++i) {
+        if (i > 0) {
+            out += ',';
+        }
+        out += '"';
+        for (const char ch : items[i]) {
+            if (ch == '"' || ch == '\\') {
+                out += '\\';
+            }
+            out += ch;
+        }
+        out += '"';
+    }
+    out += '}';
+    return out;
+}
+
 } // namespace pgtide::schema

@@ -107,7 +107,7 @@ struct IdentityRow {
 
 io::Task<std::vector<IdentityRow>> read_identities(io::PgConnection& conn,
                                                    std::vector<std::string> publications) {
-    std::vector<std::optional<std::string>> params{text_array_literal(publications)};
+    std::vector<std::optional<std::string>> params{schema::text_array_literal(publications)};
     io::PgResult r = co_await conn.exec_params(
         "SELECT n.nspname, c.relname, c.relreplident::text, c.oid::text, "
         "  EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), "
@@ -362,7 +362,7 @@ io::Task<void> check_source(Config config, std::optional<replicate::Checkpoint> 
 
     {
         std::vector<std::optional<std::string>> params{
-            text_array_literal(config.source.publications)};
+            schema::text_array_literal(config.source.publications)};
         io::PgResult denied = co_await conn.exec_params(
             "SELECT DISTINCT format('%I.%I', schemaname, tablename) FROM pg_publication_tables "
             "WHERE pubname = ANY($1::text[]) AND NOT has_table_privilege("

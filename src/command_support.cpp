@@ -395,25 +395,6 @@ std::int64_t unix_ms_now() {
         .count();
 }
 
-std::string text_array_literal(const std::vector<std::string>& items) {
-    std::string out = "{";
-    for (std::size_t i = 0; i < items.size(); ++i) {
-        if (i > 0) {
-            out += ',';
-        }
-        out += '"';
-        for (const char ch : items[i]) {
-            if (ch == '"' || ch == '\\') {
-                out += '\\';
-            }
-            out += ch;
-        }
-        out += '"';
-    }
-    out += '}';
-    return out;
-}
-
 std::vector<replicate::TableOverride> table_overrides(const Config& config) {
     std::vector<replicate::TableOverride> out;
     for (const auto& t : config.tables) {

@@ -68,9 +68,6 @@ std::string format_unix_ms(std::int64_t unix_ms);
 /// Milliseconds since the Unix epoch, now.
 std::int64_t unix_ms_now();
 
-/// A PostgreSQL text[] literal of `items` (each element double-quoted), for `$1::text[]`.
-std::string text_array_literal(const std::vector<std::string>& items);
-
 /// The [[tables]] entries of `config` as the catalog takes them.
 std::vector<replicate::TableOverride> table_overrides(const Config& config);
 

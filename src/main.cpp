@@ -20,6 +20,7 @@
 #include "src/config.hpp"
 #include "src/drop_command.hpp"
 #include "src/progress.hpp"
+#include "src/resync_command.hpp"
 #include "src/status_command.hpp"
 
 namespace {
@@ -191,6 +192,31 @@ int main(int argc, char** argv) {
             std::fputs(report.text.c_str(), stdout);
             std::fflush(stdout);
             return int(ExitCode::Ok);
+        }
+        case app::Command::Resync: {
+            std::string names;
+            for (const auto& t : cl.tables) {
+                names += (names.empty() ? "" : ", ") + t;
+            }
+            bool runner = false;
+            {
+                io::EventLoop loop;
+                runner = io::sync_wait(loop, app::request_resync(config, cl.tables)).runner;
+                if (runner) {
+                    io::sync_wait(loop, app::wait_for_resync(config, cl.tables, cl.wait));
+                }
+            }
+            if (runner) {
+                std::printf(cl.wait ? "pgtide: copied again by the running pgtide: %s\n"
+                                    : "pgtide: the running pgtide is copying again: %s\n",
+                            names.c_str());
+                std::fflush(stdout);
+                return int(ExitCode::Ok);
+            }
+            // Nobody streams this destination: copy by itself, then stream up to now.
+            app::CommandLine once = cl;
+            once.once = true;
+            return run(once, config);
         }
         default:
             io::log_error("this command is not implemented yet; see `pgtide --help`");

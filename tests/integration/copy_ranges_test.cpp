@@ -313,6 +313,79 @@ TEST_P(CopyRanges, KilledWhileCopyingAJoinedTableCopiesItAgain) {
     EXPECT_TRUE(wait_for([&] { return slots() == slot(); })) << slots();
 }
 
+// `pgtide resync` of a table whose destination copy was damaged by hand (rows deleted, rows
+// changed, rows added): the running pgtide takes the request, copies the table alone and
+// streams on, under a write load; the table ends equal. Without a running pgtide, resync copies
+// by itself. A table the destination does not follow is refused, naming the ones it does.
+TEST_P(CopyRanges, ResyncRepairsADamagedTableWhileTheStreamRuns) {
+    exec(kTables);
+    exec("ALTER PUBLICATION pub ADD TABLE b");
+    PgtideProcess pgtide(args(false));
+    ASSERT_TRUE(wait_for([&] {
+        return dest_value("SELECT phase FROM _pgtide_checkpoint") ==
+                   std::optional<std::string>("streaming") ||
+               !pgtide.running();
+    }));
+    ASSERT_TRUE(pgtide.running()) << pgtide.stderr_text();
+    std::atomic<bool> stop{false};
+    std::atomic<long> transactions{0};
+    std::thread writer(write_load, pg().dsn(db_), &stop, 11u, &transactions);
+    const auto damage = [&] {
+        const std::vector<std::string> statements{
+            "DELETE FROM b WHERE id % 97 = 0", "UPDATE b SET v = 'damaged' WHERE id % 89 = 0",
+            "INSERT INTO b (id, v, n, _pgtide_lsn) VALUES (-5, 'extra', 0, 1)"};
+        for (const std::string& sql : statements) {
+            if (postgres()) {
+                pg().exec(dest_db_, sql);
+            } else {
+                write_sqlite(sqlite_path_, sql);
+            }
+        }
+    };
+    std::this_thread::sleep_for(500ms);
+    damage();
+    std::vector<std::string> resync = args(false);
+    resync[0] = "resync";
+    resync.push_back("--wait");
+    resync.push_back("public.b");
+    std::string out;
+    std::string err;
+    EXPECT_EQ(PgtideProcess::run(resync, &out, &err), 0) << out << err;
+    EXPECT_NE(out.find("copied again by the running pgtide"), std::string::npos) << out << err;
+    std::this_thread::sleep_for(500ms);
+    stop = true;
+    writer.join();
+    exec("INSERT INTO a VALUES (-1, 'last', 0)");
+    ASSERT_TRUE(wait_for([&] {
+        return dest_value("SELECT count(*) FROM a WHERE id = -1") ==
+                   std::optional<std::string>("1") ||
+               !pgtide.running();
+    })) << pgtide.stderr_text();
+    pgtide.kill(SIGTERM);
+    EXPECT_EQ(pgtide.wait(), 0) << pgtide.stderr_text();
+    EXPECT_NE(pgtide.stderr_text().find("a new copy of a table was requested"), std::string::npos)
+        << pgtide.stderr_text();
+    expect_equal("a");
+    expect_equal("b");
+    EXPECT_EQ(slots(), slot());
+
+    // Nobody streams: resync copies by itself, then streams up to now.
+    damage();
+    exec("UPDATE b SET n = -n WHERE id % 4 = 0");
+    resync.pop_back();
+    resync.pop_back();
+    resync.push_back("public.b");
+    EXPECT_EQ(PgtideProcess::run(resync, &out, &err), 0) << out << err;
+    EXPECT_NE(err.find("copying a table alone"), std::string::npos) << err;
+    expect_equal("b");
+    EXPECT_EQ(slots(), slot());
+
+    resync.back() = "public.nope";
+    EXPECT_EQ(PgtideProcess::run(resync, &out, &err), 2) << out << err;
+    EXPECT_NE(err.find("table public.nope is not replicated into"), std::string::npos) << err;
+    EXPECT_NE(err.find("public.a, public.b"), std::string::npos) << err;
+}
+
 // A bootstrap of 8 tables killed (SIGKILL) at 5 points, each once one more table is whole: the
 // next run resumes the epoch (its slot is still there and proven ours), keeps the tables copied
 // whole and copies the others alone, each under a temporary slot; later runs copy what is left.

@@ -1032,17 +1032,6 @@ TEST_F(CrashMatrixFindings, ColumnAddedWhileTheSlotIsCreatedReachesTheCopiedRows
                  "SELECT id, v, x FROM t ORDER BY id");
 }
 
-void write_sqlite(const std::string& path, const std::string& sql) {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-    char* error = nullptr;
-    const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
-    const std::string message = error != nullptr ? error : "";
-    sqlite3_free(error);
-    sqlite3_close(db);
-    ASSERT_EQ(rc, SQLITE_OK) << message << " in " << sql;
-}
-
 // Killed between CREATE_REPLICATION_SLOT and the first checkpoint of the new epoch (found by
 // the matrix with seeds 1017 and 2004): the slot exists, persistent and inactive, and the
 // destination has no consistent point for it. The run now announces the slot before creating it

@@ -172,4 +172,22 @@ std::vector<std::string> SqliteFile::tables() const {
     return names;
 }
 
+void write_sqlite(const std::string& path, const std::string& sql) {
+    sqlite3* db = nullptr;
+    if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) {
+        const std::string message = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
+        sqlite3_close(db);
+        throw std::runtime_error("opening " + path + ": " + message);
+    }
+    sqlite3_busy_timeout(db, 10000);
+    char* error = nullptr;
+    const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
+    const std::string message = error != nullptr ? error : "";
+    sqlite3_free(error);
+    sqlite3_close(db);
+    if (rc != SQLITE_OK) {
+        throw std::runtime_error(path + ": " + message + " in " + sql);
+    }
+}
+
 } // namespace pgtide::testing

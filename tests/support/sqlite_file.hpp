@@ -45,4 +45,9 @@ private:
     std::unique_ptr<sqlite3, Closer> db_;
 };
 
+/// Runs `sql` (one statement or several) on the SQLite file at `path` through a writable
+/// connection that waits up to 10 s for another writer. Throws std::runtime_error with SQLite's
+/// message and the SQL when it fails.
+void write_sqlite(const std::string& path, const std::string& sql);
+
 } // namespace pgtide::testing
