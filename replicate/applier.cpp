@@ -123,7 +123,7 @@ io::Task<void> Applier::commit(schema::Lsn lsn) {
                 co_await destination_.table_states(checkpoint_.slot_name);
             for (const TableProgress& p : states) {
                 if (p.state == TableState::Init) {
-                    throw CopyRequested(p.source_table);
+                    throw CopyRequested(p.source_table, "pgtide resync asked for it");
                 }
             }
         }

@@ -333,6 +333,19 @@ follow_publications(PublicationFollower f, std::vector<SourceTable> source_table
     if (joined.empty()) {
         co_return copied_at;
     }
+    // New to the destination: created as the source has them. The others exist; emptying them
+    // for their copy brings their columns up to date (Destination::empty_tables).
+    std::vector<SourceTable> fresh;
+    for (const SourceTable& st : joined) {
+        const std::string name = st.table.qualified();
+        if (std::none_of(states.begin(), states.end(),
+                         [&name](const TableProgress& p) { return p.source_table == name; })) {
+            fresh.push_back(st);
+        }
+    }
+    if (!fresh.empty()) {
+        co_await create_destination_tables(f.dest, f.catalog, f.catalog_conn, std::move(fresh));
+    }
     const RunOptions& o = *f.options;
     ReplicationConnection copy_conn =
         co_await ReplicationConnection::connect(o.source_dsn, f.application_name);
@@ -716,6 +729,7 @@ io::Task<RunSummary> Coordinator::run_phases() {
     // by the stream): it is copied before the stream goes on.
     bool follow_tables = !need_snapshot || resume;
     std::string joined_table;          ///< named by the stream's PublicationChanged
+    std::string recopy_table;          ///< named by CopyRequested
     std::set<std::string> left_tables; ///< not published now, changes still in the stream
 
     // Streaming, with reconnects.
@@ -765,7 +779,11 @@ io::Task<RunSummary> Coordinator::run_phases() {
                 }
             }
             if (follow_tables) {
-                if (!joined_table.empty()) {
+                if (!recopy_table.empty()) {
+                    std::vector<std::string> one{recopy_table};
+                    co_await dest->request_copies(slot, std::move(one));
+                }
+                if (!joined_table.empty() || !recopy_table.empty()) {
                     source_tables = co_await catalog.published_tables(
                         catalog_conn, options_.publications, options_.tables);
                     tables = destination_tables(source_tables, source_text);
@@ -779,14 +797,13 @@ io::Task<RunSummary> Coordinator::run_phases() {
                                      {{"table", joined_table}});
                         left_tables.insert(joined_table);
                     }
-                    co_await create_destination_tables(dest.get(), &catalog, &catalog_conn,
-                                                       source_tables);
                     binary = binary && all_binary(tables);
                 }
                 copied_at = co_await follow_publications(follower, source_tables);
                 applier.set_tables(tables);
                 follow_tables = false;
                 joined_table.clear();
+                recopy_table.clear();
             }
             const schema::Lsn start = applier.checkpoint().lsn;
             co_await replication.start(slot, start, options_.publications, binary,
@@ -839,8 +856,8 @@ io::Task<RunSummary> Coordinator::run_phases() {
             connected = false;
             continue;
         } catch (const CopyRequested& e) {
-            io::log_info("a new copy of a table was requested (pgtide resync)",
-                         {{"table", e.table()}});
+            io::log_info("a table is copied again", {{"table", e.table()}, {"reason", e.reason()}});
+            recopy_table = e.table();
             follow_tables = true;
             replication.connection().close();
             connected = false;

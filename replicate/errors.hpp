@@ -49,16 +49,20 @@ private:
     std::string table_;
 };
 
-/// `pgtide resync` asked for a new copy of a table (its state is init): the streaming process
-/// copies it alone (DESIGN §4 "Copy ranges"), then streams on from the checkpoint.
+/// A table needs a new copy: `pgtide resync` asked for one (its state is init), or the source
+/// rewrote its rows (a type change). The streaming process copies it alone (DESIGN §4 "Copy
+/// ranges"), then streams on from the checkpoint.
 class CopyRequested : public std::runtime_error {
 public:
-    explicit CopyRequested(const std::string& table)
-        : std::runtime_error("a new copy of table " + table + " was requested"), table_(table) {}
+    CopyRequested(const std::string& table, const std::string& reason)
+        : std::runtime_error("table " + table + " is copied again: " + reason), table_(table),
+          reason_(reason) {}
     const std::string& table() const { return table_; }
+    const std::string& reason() const { return reason_; }
 
 private:
     std::string table_;
+    std::string reason_;
 };
 
 /// A broken invariant (a change outside a transaction, LSNs out of order). Never swallowed.

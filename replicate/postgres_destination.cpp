@@ -488,10 +488,11 @@ io::Task<void> PostgresDestination::create_types(std::vector<UserType> types) {
 
 io::Task<void> PostgresDestination::follow_schema(std::shared_ptr<const schema::Table> table) {
     co_await begin();
-    co_await ensure_table(*table);
+    // The stream lets through only type changes that keep every value (or stops).
+    co_await ensure_table(*table, Retype::Cast);
 }
 
-io::Task<void> PostgresDestination::ensure_table(const schema::Table& table) {
+io::Task<void> PostgresDestination::ensure_table(const schema::Table& table, Retype retype) {
     const TargetName name = target_name(table);
     const std::string target = target_sql(table);
     const std::string what = "preparing table " + target + " for " + table.qualified();
@@ -553,6 +554,16 @@ io::Task<void> PostgresDestination::ensure_table(const schema::Table& table) {
             co_await run("ALTER TABLE " + target + " ADD COLUMN " + quote_identifier(c.name) + " " +
                              type_of(table, i) + fill,
                          "adding column \"" + c.name + "\" to " + target);
+        } else if (it->second != type_of(table, i) && retype != Retype::Refuse) {
+            // Named first: GCC 12 mishandles temporaries built inside a co_await expression.
+            const std::string column = quote_identifier(c.name);
+            const std::string type = type_of(table, i);
+            std::string sql = "ALTER TABLE " + target + " ALTER COLUMN " + column + " TYPE " +
+                              type + " USING " +
+                              (retype == Retype::Cast ? column + "::" + type : "NULL");
+            std::string doing = "changing the type of column \"" + c.name + "\" of " + target;
+            co_await run(std::move(sql), std::move(doing));
+            staging_.erase(target); // its staging table has the old type
         } else if (it->second != type_of(table, i)) {
             problems += "; column \"" + c.name + "\" is " + it->second +
                         " in the destination but " + type_of(table, i) + " on the source";
@@ -608,6 +619,7 @@ io::Task<void> PostgresDestination::empty_tables(std::vector<schema::Table> tabl
                                 " WHERE target_table = $1",
                             params(t.target), "removing the tombstones of " + t.target);
         co_await run("TRUNCATE " + target_sql(t), "emptying " + t.target + " for its copy");
+        co_await ensure_table(t, Retype::Empty); // the source's columns as they are now
     }
 }
 

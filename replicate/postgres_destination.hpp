@@ -100,7 +100,15 @@ private:
     [[noreturn]] void fail(const std::exception& e, const std::string& what) const;
     io::Task<void> begin();
     io::Task<void> end_copy();
-    io::Task<void> ensure_table(const schema::Table& table);
+    /// What ensure_table does with a column whose type differs from the source's.
+    enum class Retype {
+        Refuse, ///< an existing table pgtide did not fill this way: explain and stop
+        Cast,   ///< the stream followed a change that keeps every value: ALTER … USING c::type
+        Empty,  ///< the table is empty, a copy follows: ALTER … USING NULL
+    };
+    /// Creates the target table, or adds the columns it lacks and deals with changed types as
+    /// `retype` says.
+    io::Task<void> ensure_table(const schema::Table& table, Retype retype = Retype::Refuse);
     io::Task<void> merge(const std::vector<const Change*>& upserts,
                          const std::vector<const Change*>& deletes);
     io::Task<void> update_partial(const Change& change);

@@ -854,6 +854,7 @@ void SqliteDestination::empty_tables(const std::vector<schema::Table>& tables) {
         if (table_exists(table.target)) {
             exec("DELETE FROM " + quote_identifier(table.target), "emptying " + table.target);
         }
+        ensure_table(table); // the source's columns as they are now
         clear_tombstones(table.target);
         record_column_types(table, true); // the copy that follows copies the table as it is now
     }

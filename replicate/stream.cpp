@@ -211,6 +211,13 @@ void Stream::install_relation(const pgoutput::Relation& rel,
                                                  "the old name stays as it is)");
     }
     const auto known = by_name_.find(name);
+    if (known != by_name_.end() && in_copy(known->second.get())) {
+        // Described for a transaction the table's copy already holds (its changes are skipped):
+        // that description is history, the table is as the copy read it.
+        unpublished_.erase(rel.oid);
+        by_oid_[rel.oid] = known->second;
+        return;
+    }
     if (known == by_name_.end()) {
         // Not one of ours. With publish_via_partition_root, pgoutput describes the leaf
         // partition too, after the root its changes are published as: only a change of such
@@ -245,7 +252,10 @@ void Stream::install_relation(const pgoutput::Relation& rel,
         if (const auto m = missing.find(rc.name); m != missing.end()) {
             col.missing_text = m->second;
         }
-        if (prev != nullptr && prev->storage != col.storage) {
+        const bool retyped =
+            prev != nullptr && (!(prev->type == col.type) || prev->typmod != col.typmod);
+        // SQLite declares storage classes: a column cannot change its own, even in a new copy.
+        if (retyped && prev->storage != col.storage && !table->source_text) {
             throw DefiniteError(
                 ExitCode::Other,
                 "column \"" + rc.name + "\" of " + name +
@@ -254,18 +264,14 @@ void Stream::install_relation(const pgoutput::Relation& rel,
                     schema::storage_class_name(prev->storage) +
                     "); the destination cannot follow: re-copy with `pgtide run --resnapshot`");
         }
-        // A PostgreSQL destination declares the source's types and refuses a mismatch itself.
-        if (prev != nullptr && !table->source_text &&
-            (!(prev->type == col.type) || prev->typmod != col.typmod) &&
-            !schema::type_change_keeps_values(*prev, col)) {
-            throw DefiniteError(
-                ExitCode::Other,
-                "column \"" + rc.name + "\" of " + name + " changed type on the source (" +
-                    (prev->type_sql.empty() ? std::string("?") : prev->type_sql) + " to " +
-                    (col.type_sql.empty() ? std::string("?") : col.type_sql) +
-                    "), which can rewrite the values of existing rows that the stream never "
-                    "sends again; the destination cannot follow: re-copy with `pgtide run "
-                    "--resnapshot`");
+        // The source rewrote the existing rows, which the stream never sends again: the table
+        // is copied again, alone (DESIGN §4 "Copy ranges"), nothing of this transaction applied.
+        if (retyped && !schema::type_change_keeps_values(*prev, col)) {
+            throw CopyRequested(
+                name, "column \"" + rc.name + "\" changed type (" +
+                          (prev->type_sql.empty() ? std::string("?") : prev->type_sql) + " to " +
+                          (col.type_sql.empty() ? std::string("?") : col.type_sql) +
+                          "), which can rewrite the values of existing rows");
         }
         if (prev == nullptr || !(prev->type == col.type) || prev->typmod != col.typmod ||
             i >= old.columns.size() || old.columns[i].name != rc.name) {
