@@ -277,6 +277,21 @@ bool all_binary(const std::vector<std::shared_ptr<const schema::Table>>& tables)
     return true;
 }
 
+// The readers' settings of a copy (the epoch's, or a table's alone).
+SnapshotOptions snapshot_options(const RunOptions& o, const std::string& application_name,
+                                 const bool* stop_requested) {
+    SnapshotOptions so;
+    so.parallel_tables = o.parallel_tables;
+    so.page_rows = o.page_rows;
+    so.batch_rows = o.batch_rows;
+    so.batch_bytes = o.batch_bytes;
+    so.max_row_bytes = o.max_row_bytes;
+    so.split_rows = o.split_rows;
+    so.application_name = application_name;
+    so.stop_requested = stop_requested;
+    return so;
+}
+
 // What following the publications' table list needs of the run.
 struct PublicationFollower {
     const RunOptions* options = nullptr;
@@ -368,16 +383,8 @@ follow_publications(PublicationFollower f, std::vector<SourceTable> source_table
     std::vector<std::shared_ptr<const schema::Table>> copies =
         destination_tables(joined, !o.postgres_url.empty());
     co_await f.applier->start_table_copies(std::move(copies), created.consistent_lsn);
-    SnapshotOptions snapshot_options;
-    snapshot_options.parallel_tables = o.parallel_tables;
-    snapshot_options.page_rows = o.page_rows;
-    snapshot_options.batch_rows = o.batch_rows;
-    snapshot_options.batch_bytes = o.batch_bytes;
-    snapshot_options.max_row_bytes = o.max_row_bytes;
-    snapshot_options.split_rows = o.split_rows;
-    snapshot_options.application_name = f.application_name;
-    snapshot_options.stop_requested = f.stop_requested;
-    SnapshotCopier copier(o.source_dsn, created.snapshot_name, joined, snapshot_options);
+    SnapshotCopier copier(o.source_dsn, created.snapshot_name, joined,
+                          snapshot_options(o, f.application_name, f.stop_requested));
     io::Channel<ApplyWork> channel(std::size_t(2 * std::max(1, o.parallel_tables)));
     co_await io::when_all(produce_copy(&copier, &channel), consume(f.applier, &channel));
     co_await f.applier->complete_table_copies();
@@ -651,17 +658,9 @@ io::Task<RunSummary> Coordinator::run_phases() {
                 for (const auto& st : source_tables) {
                     metrics_.snapshot_estimates[st.table.qualified()] = st.estimated_rows;
                 }
-                SnapshotOptions snapshot_options;
-                snapshot_options.parallel_tables = options_.parallel_tables;
-                snapshot_options.page_rows = options_.page_rows;
-                snapshot_options.batch_rows = options_.batch_rows;
-                snapshot_options.batch_bytes = options_.batch_bytes;
-                snapshot_options.max_row_bytes = options_.max_row_bytes;
-                snapshot_options.split_rows = options_.split_rows;
-                snapshot_options.application_name = application_name;
-                snapshot_options.stop_requested = &stop_requested_;
-                SnapshotCopier copier(options_.source_dsn, created.snapshot_name, source_tables,
-                                      snapshot_options);
+                SnapshotCopier copier(
+                    options_.source_dsn, created.snapshot_name, source_tables,
+                    snapshot_options(options_, application_name, &stop_requested_));
                 io::Channel<ApplyWork> channel(
                     std::size_t(2 * std::max(1, options_.parallel_tables)));
                 co_await io::when_all(produce_copy(&copier, &channel), consume(&applier, &channel));

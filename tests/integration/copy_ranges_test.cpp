@@ -106,6 +106,16 @@ protected:
         return false;
     }
 
+    /// Until the running pgtide streams (its snapshot is done); false if it exited first.
+    bool wait_for_streaming(PgtideProcess& pgtide) const {
+        return wait_for([&] {
+                   return dest_value("SELECT phase FROM _pgtide_checkpoint") ==
+                              std::optional<std::string>("streaming") ||
+                          !pgtide.running();
+               }) &&
+               pgtide.running();
+    }
+
     /// The state of `table` in _pgtide_tables, if it has a row.
     std::optional<std::string> state_of(const std::string& table) const {
         return dest_value("SELECT state FROM _pgtide_tables WHERE source_table = 'public." + table +
@@ -214,12 +224,7 @@ private:
 TEST_P(CopyRanges, TableAddedWhileRunningUnderWriteLoadEndsEqual) {
     exec(kTables);
     PgtideProcess pgtide(args(false));
-    ASSERT_TRUE(wait_for([&] {
-        return dest_value("SELECT phase FROM _pgtide_checkpoint") ==
-                   std::optional<std::string>("streaming") ||
-               !pgtide.running();
-    }));
-    ASSERT_TRUE(pgtide.running()) << pgtide.stderr_text();
+    ASSERT_TRUE(wait_for_streaming(pgtide)) << pgtide.stderr_text();
     WriteLoad writer(pg().dsn(db_), 7u);
     std::this_thread::sleep_for(1s);
     exec("ALTER PUBLICATION pub ADD TABLE b");
@@ -255,11 +260,7 @@ TEST_P(CopyRanges, TableAddedWhileRunningUnderWriteLoadEndsEqual) {
 TEST_P(CopyRanges, TableAddedWhileRunningWithoutChangesIsFoundByThePoll) {
     exec(kTables);
     PgtideProcess pgtide(args(false));
-    ASSERT_TRUE(wait_for([&] {
-        return dest_value("SELECT phase FROM _pgtide_checkpoint") ==
-                   std::optional<std::string>("streaming") ||
-               !pgtide.running();
-    }));
+    ASSERT_TRUE(wait_for_streaming(pgtide)) << pgtide.stderr_text();
     exec("ALTER PUBLICATION pub ADD TABLE b");
     ASSERT_TRUE(wait_for(
         [&] { return state_of("b") == std::optional<std::string>("ready") || !pgtide.running(); }));
@@ -341,12 +342,7 @@ TEST_P(CopyRanges, ResyncRepairsADamagedTableWhileTheStreamRuns) {
     exec(kTables);
     exec("ALTER PUBLICATION pub ADD TABLE b");
     PgtideProcess pgtide(args(false));
-    ASSERT_TRUE(wait_for([&] {
-        return dest_value("SELECT phase FROM _pgtide_checkpoint") ==
-                   std::optional<std::string>("streaming") ||
-               !pgtide.running();
-    }));
-    ASSERT_TRUE(pgtide.running()) << pgtide.stderr_text();
+    ASSERT_TRUE(wait_for_streaming(pgtide)) << pgtide.stderr_text();
     const auto damage = [&] {
         const std::vector<std::string> statements{
             "DELETE FROM b WHERE id % 97 = 0", "UPDATE b SET v = 'damaged' WHERE id % 89 = 0",
@@ -412,11 +408,7 @@ TEST_P(CopyRanges, SchemaChangesOnATableWithRowsEndEqual) {
     exec("INSERT INTO s SELECT g, g, g / 8.0 FROM generate_series(1, 5000) g");
     exec("CREATE PUBLICATION pub FOR TABLE s");
     PgtideProcess pgtide(args(false));
-    ASSERT_TRUE(wait_for([&] {
-        return dest_value("SELECT phase FROM _pgtide_checkpoint") ==
-                   std::optional<std::string>("streaming") ||
-               !pgtide.running();
-    }));
+    ASSERT_TRUE(wait_for_streaming(pgtide)) << pgtide.stderr_text();
     exec("ALTER TABLE s ADD COLUMN c int DEFAULT 7");
     exec("ALTER TABLE s ALTER COLUMN n TYPE bigint");
     exec("INSERT INTO s VALUES (5001, 5000000000, 1.25, 8)");
