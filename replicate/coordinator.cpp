@@ -786,7 +786,8 @@ io::Task<RunSummary> Coordinator::run_phases() {
                     source_tables = co_await catalog.published_tables(
                         catalog_conn, options_.publications, options_.tables);
                     tables = destination_tables(source_tables, source_text);
-                    if (std::none_of(tables.begin(), tables.end(), [&joined_table](const auto& t) {
+                    if (!joined_table.empty() &&
+                        std::none_of(tables.begin(), tables.end(), [&joined_table](const auto& t) {
                             return t->qualified() == joined_table;
                         })) {
                         // Published when that change was made, not now (it left, or was

@@ -361,8 +361,6 @@ io::Task<void> Stream::flush_batch(io::Channel<ApplyWork>& out) {
     co_await out.send(std::move(work));
 }
 
-// Not a coroutine, on purpose: GCC 12 mis-destroys temporaries (the shared table pointers of
-// braced Change temporaries) in coroutine bodies, which ASan caught as a use after free.
 bool Stream::in_copy(const schema::Table* table) const {
     if (table == nullptr) {
         return true; // a table that left the publications
@@ -374,6 +372,8 @@ bool Stream::in_copy(const schema::Table* table) const {
     return it != options_.copied_at.end() && version_ < it->second;
 }
 
+// Not a coroutine, on purpose: GCC 12 mis-destroys temporaries (the shared table pointers of
+// braced Change temporaries) in coroutine bodies, which ASan caught as a use after free.
 bool Stream::collect_change(const PgOutputMessage& msg) {
     if (auto* ins = std::get_if<pgoutput::Insert>(&msg)) {
         auto table = table_for(ins->relation_oid);
