@@ -348,6 +348,7 @@ follow_publications(PublicationFollower f, std::vector<SourceTable> source_table
     if (joined.empty()) {
         co_return copied_at;
     }
+    const RunOptions& o = *f.options;
     // New to the destination: created as the source has them. The others exist; emptying them
     // for their copy brings their columns up to date (Destination::empty_tables).
     std::vector<SourceTable> fresh;
@@ -361,11 +362,26 @@ follow_publications(PublicationFollower f, std::vector<SourceTable> source_table
     if (!fresh.empty()) {
         co_await create_destination_tables(f.dest, f.catalog, f.catalog_conn, std::move(fresh));
     }
-    const RunOptions& o = *f.options;
     ReplicationConnection copy_conn =
         co_await ReplicationConnection::connect(o.source_dsn, f.application_name);
     const std::string copy_slot = o.slot.substr(0, 40) + "_copy_" + f.owner.substr(0, 8);
     const CreatedSlot created = co_await copy_conn.create_slot(copy_slot, true);
+    // The columns to copy are read again now that the snapshot exists (as for an epoch's): a
+    // column added and written before the consistent point is in the snapshot, and the stream
+    // will not send those values again.
+    {
+        const std::vector<SourceTable> now =
+            co_await f.catalog->published_tables(*f.catalog_conn, o.publications, o.tables);
+        for (SourceTable& st : joined) {
+            const std::string name = st.table.qualified();
+            const auto found = std::find_if(now.begin(), now.end(), [&name](const SourceTable& n) {
+                return n.table.qualified() == name;
+            });
+            if (found != now.end()) {
+                st = *found;
+            }
+        }
+    }
     for (const SourceTable& st : joined) {
         const std::string name = st.table.qualified();
         const auto state =

@@ -211,13 +211,11 @@ void Stream::install_relation(const pgoutput::Relation& rel,
                                                  "the old name stays as it is)");
     }
     const auto known = by_name_.find(name);
-    if (known != by_name_.end() && in_copy(known->second.get())) {
-        // Described for a transaction the table's copy already holds (its changes are skipped):
-        // that description is history, the table is as the copy read it.
-        unpublished_.erase(rel.oid);
-        by_oid_[rel.oid] = known->second;
-        return;
-    }
+    // Described for a transaction that the table's copy already holds (its changes are
+    // skipped): what the description says of columns and types is history, not news for the
+    // destination, which holds the copy. Its layout still decodes the changes that follow until
+    // pgoutput describes the table again, some of which may come after the copy.
+    const bool history = known != by_name_.end() && in_copy(known->second.get());
     if (known == by_name_.end()) {
         // Not one of ours. With publish_via_partition_root, pgoutput describes the leaf
         // partition too, after the root its changes are published as: only a change of such
@@ -255,7 +253,7 @@ void Stream::install_relation(const pgoutput::Relation& rel,
         const bool retyped =
             prev != nullptr && (!(prev->type == col.type) || prev->typmod != col.typmod);
         // SQLite declares storage classes: a column cannot change its own, even in a new copy.
-        if (retyped && prev->storage != col.storage && !table->source_text) {
+        if (retyped && !history && prev->storage != col.storage && !table->source_text) {
             throw DefiniteError(
                 ExitCode::Other,
                 "column \"" + rc.name + "\" of " + name +
@@ -266,7 +264,7 @@ void Stream::install_relation(const pgoutput::Relation& rel,
         }
         // The source rewrote the existing rows, which the stream never sends again: the table
         // is copied again, alone (DESIGN §4 "Copy ranges"), nothing of this transaction applied.
-        if (retyped && !schema::type_change_keeps_values(*prev, col)) {
+        if (retyped && !history && !schema::type_change_keeps_values(*prev, col)) {
             throw CopyRequested(
                 name, "column \"" + rc.name + "\" changed type (" +
                           (prev->type_sql.empty() ? std::string("?") : prev->type_sql) + " to " +
@@ -295,7 +293,7 @@ void Stream::install_relation(const pgoutput::Relation& rel,
         table->key_columns.push_back(found);
     }
     by_oid_[rel.oid] = table;
-    if (changed) {
+    if (changed && !history) {
         by_name_[name] = table;
         pending_schema_change_ = std::move(table);
     }
