@@ -2,14 +2,15 @@
 #include "io/worker_thread.hpp"
 
 #include <stdexcept>
+#include <vector>
 
 #include <pthread.h>
 
 namespace pgtide::io {
 
-WorkerThread::WorkerThread(std::string name, std::size_t queue_capacity)
-    : name_(std::move(name)), capacity_(queue_capacity) {
-    if (capacity_ == 0) {
+WorkerThread::WorkerThread(std::string name, std::size_t queue_capacity, std::size_t posted_limit)
+    : name_(std::move(name)), capacity_(queue_capacity), posted_limit_(posted_limit) {
+    if (capacity_ == 0 || posted_limit_ == 0) {
         throw std::invalid_argument("WorkerThread queue capacity must be at least 1");
     }
     thread_ = std::thread([this] { thread_main(); });
@@ -32,6 +33,53 @@ void WorkerThread::push(Job& job) {
         queue_.push_back(&job);
     }
     cv_.notify_one();
+}
+
+void WorkerThread::push_posted(std::unique_ptr<Job> job) {
+    {
+        std::lock_guard lock(mutex_);
+        queue_.push_back(job.release());
+        ++posted_;
+    }
+    cv_.notify_one();
+}
+
+void WorkerThread::rethrow_poison() {
+    std::exception_ptr e;
+    {
+        std::lock_guard lock(mutex_);
+        e = std::exchange(poison_, nullptr);
+    }
+    if (e) {
+        std::rethrow_exception(e);
+    }
+}
+
+bool WorkerThread::PostedAwaiter::await_ready() {
+    std::lock_guard lock(worker.mutex_);
+    return worker.posted_ <= target;
+}
+
+void WorkerThread::PostedAwaiter::await_suspend(std::coroutine_handle<> h) {
+    EventLoop& loop = EventLoop::current();
+    loop.expect_remote();
+    bool ready = false;
+    {
+        std::lock_guard lock(worker.mutex_);
+        ready = worker.posted_ <= target;
+        if (!ready) {
+            worker.posted_waiters_.push_back(PostedWaiter{h, &loop, target});
+        }
+    }
+    if (ready) {
+        loop.post_remote(h); // the announced completion, from here
+    }
+}
+
+Task<void> WorkerThread::wait_posted() {
+    PostedAwaiter idle{*this, 0};
+    co_await idle;
+    rethrow_poison();
 }
 
 void WorkerThread::release_slot() noexcept {
@@ -59,7 +107,46 @@ void WorkerThread::thread_main() {
             job = queue_.front();
             queue_.pop_front();
         }
-        job->execute();
+        std::exception_ptr poison;
+        bool stopping = false;
+        {
+            std::lock_guard lock(mutex_);
+            poison = job->posted ? poison_ : std::exchange(poison_, nullptr);
+            stopping = stopping_;
+        }
+        if (job->posted) {
+            // Nobody awaits a posted job: its failure poisons the worker. Once the worker stops,
+            // nothing will commit what posted jobs write, so they are dropped.
+            const std::unique_ptr<Job> owned(job);
+            if (!poison && !stopping) {
+                job->execute();
+            }
+            std::vector<PostedWaiter> woken;
+            {
+                std::lock_guard lock(mutex_);
+                --posted_;
+                if (job->failure() && !poison_) {
+                    poison_ = job->failure();
+                }
+                for (auto it = posted_waiters_.begin(); it != posted_waiters_.end();) {
+                    if (posted_ <= it->target) {
+                        woken.push_back(*it);
+                        it = posted_waiters_.erase(it);
+                    } else {
+                        ++it;
+                    }
+                }
+            }
+            for (const auto& w : woken) {
+                w.loop->post_remote(w.handle);
+            }
+            continue;
+        }
+        if (poison) {
+            job->fail(poison); // this job's caller rethrows it on the loop
+        } else {
+            job->execute();
+        }
         // The job lives in the waiting frame, which may be gone as soon as this returns.
         EventLoop* loop = job->loop;
         loop->post_remote(job->waiter);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -21,9 +22,16 @@ namespace pgtide::io {
 /// A dedicated thread running jobs in submission order. At most queue_capacity jobs are
 /// outstanding (queued or running); run() suspends while that many are. Completions return to
 /// the submitting loop through its eventfd bridge; the worker never touches the ring.
+///
+/// post() queues a job without waiting for it, so that the worker can write one batch while the
+/// loop prepares the next (at most posted_limit posted jobs outstanding). A posted job that
+/// throws poisons the worker: every job after it fails with that exception without running,
+/// until the loop has been told — by the next run() (whose job is not run), post() or
+/// wait_posted(), which rethrow it once.
 class WorkerThread {
 public:
-    explicit WorkerThread(std::string name, std::size_t queue_capacity = 64);
+    explicit WorkerThread(std::string name, std::size_t queue_capacity = 64,
+                          std::size_t posted_limit = 2);
     /// Finishes every queued job, then joins. No run() may still be awaiting.
     ~WorkerThread();
     WorkerThread(const WorkerThread&) = delete;
@@ -33,16 +41,27 @@ public:
     /// Returns f's result or rethrows its exception on the loop thread.
     template <class F> Task<std::invoke_result_t<F>> run(F f);
 
+    /// Queues f() (returning void) and returns once it is queued; suspends while posted_limit
+    /// posted jobs are outstanding. Rethrows the failure of an earlier posted job instead of
+    /// queueing.
+    template <class F> Task<void> post(F f);
+
+    /// Suspends until every posted job has finished; rethrows the first failure among them.
+    Task<void> wait_posted();
+
     const std::string& name() const noexcept { return name_; }
 
 private:
     struct Job {
+        virtual ~Job() = default;
         virtual void execute() noexcept = 0;
+        /// Fails the job with `e` instead of running it (the worker is poisoned).
+        virtual void fail(std::exception_ptr e) noexcept = 0;
+        /// The failure of a posted job, which nobody awaits.
+        virtual std::exception_ptr failure() const noexcept = 0;
         EventLoop* loop = nullptr;
         std::coroutine_handle<> waiter;
-
-    protected:
-        ~Job() = default;
+        bool posted = false; ///< heap-owned by the worker, deleted once run
     };
 
     template <class F> struct JobFor final : Job {
@@ -61,6 +80,8 @@ private:
                 error = std::current_exception();
             }
         }
+        void fail(std::exception_ptr e) noexcept override { error = std::move(e); }
+        std::exception_ptr failure() const noexcept override { return error; }
         R take() {
             if (error) {
                 std::rethrow_exception(error);
@@ -100,12 +121,30 @@ private:
         ~SlotGuard() { worker.release_slot(); }
     };
 
+    /// Resumes a waiter once at most `target` posted jobs are outstanding.
+    struct PostedAwaiter {
+        WorkerThread& worker;
+        std::size_t target;
+        bool await_ready();
+        void await_suspend(std::coroutine_handle<> h);
+        void await_resume() const noexcept {}
+    };
+    struct PostedWaiter {
+        std::coroutine_handle<> handle;
+        EventLoop* loop;
+        std::size_t target;
+    };
+
     void push(Job& job);
+    void push_posted(std::unique_ptr<Job> job);
+    /// Rethrows (once) the failure that poisoned the worker, if any. Loop side.
+    void rethrow_poison();
     void release_slot() noexcept;
     void thread_main();
 
     std::string name_;
     std::size_t capacity_;
+    std::size_t posted_limit_;
     // Loop side.
     std::size_t outstanding_ = 0;
     std::deque<std::coroutine_handle<>> slot_waiters_;
@@ -113,6 +152,9 @@ private:
     std::mutex mutex_;
     std::condition_variable cv_;
     std::deque<Job*> queue_;
+    std::size_t posted_ = 0;    ///< posted jobs queued or running
+    std::exception_ptr poison_; ///< a posted job's failure, not yet rethrown
+    std::deque<PostedWaiter> posted_waiters_;
     bool stopping_ = false;
     std::thread thread_;
 };
@@ -128,6 +170,24 @@ template <class F> Task<std::invoke_result_t<F>> WorkerThread::run(F f) {
     SubmitAwaiter submit{*this, job};
     co_await submit;
     co_return job.take();
+}
+
+template <class F> Task<void> WorkerThread::post(F f) {
+    rethrow_poison();
+    while (true) {
+        PostedAwaiter room{*this, posted_limit_ - 1};
+        co_await room;
+        rethrow_poison();
+        {
+            std::lock_guard lock(mutex_);
+            if (posted_ < posted_limit_) {
+                break;
+            }
+        }
+    }
+    auto job = std::make_unique<JobFor<F>>(std::move(f));
+    job->posted = true;
+    push_posted(std::move(job));
 }
 
 } // namespace pgtide::io

@@ -312,8 +312,12 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
     copy.in_flight += 1;
     stats_.max_ranges_in_flight = std::max(stats_.max_ranges_in_flight, copy.in_flight);
     std::vector<std::string> after;
+    std::vector<std::string> last_key(t.key_columns.size());
     std::int64_t total = 0;
+    // Reserved, so that a batch does not grow by reallocation (capped: batch_rows may be big).
+    const auto reserve = std::size_t(std::min<std::int64_t>(options_.batch_rows, 4096));
     CopyRows batch{index, {}};
+    batch.rows.reserve(reserve);
     std::uint64_t batch_bytes = 0;
     std::vector<std::optional<std::string_view>> fields;
     for (;;) {
@@ -321,8 +325,7 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
         co_await conn.copy_out_start(page_query(st, after, options_.page_rows, work.range));
         schema::BinaryCopyParser parser;
         std::int64_t in_page = 0;
-        schema::Row last;
-        std::vector<std::string> last_key_text;
+
         for (;;) {
             std::optional<io::PgBuffer> chunk = co_await conn.copy_out_next();
             if (!chunk) {
@@ -367,22 +370,22 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
                             std::to_string(row_bytes) + " bytes, over max_row_bytes " +
                             std::to_string(options_.max_row_bytes));
                 }
-                last_key_text.clear();
+                // The key of the last row read, kept raw: only the page's last row becomes
+                // literals (escaping every row's key would allocate for each).
                 std::size_t extra = t.columns.size();
-                for (auto k : t.key_columns) {
+                for (std::size_t n = 0; n < t.key_columns.size(); ++n) {
+                    const auto k = t.key_columns[n];
                     if (t.source_text) {
                         // The value is the column's text output already.
                         if (t.columns[k].storage != schema::StorageClass::Integer) {
                             ++extra;
                         }
-                        last_key_text.push_back(conn.escape_literal(std::get<std::string>(row[k])) +
-                                                "::" + st.columns[k].type_sql);
+                        last_key[n].assign(std::get<std::string>(row[k]));
                     } else if (t.columns[k].storage == schema::StorageClass::Integer) {
-                        last_key_text.push_back(std::to_string(std::get<std::int64_t>(row[k])));
+                        last_key[n].assign(std::to_string(std::get<std::int64_t>(row[k])));
                     } else {
                         const auto& f = fields.at(extra++);
-                        last_key_text.push_back(conn.escape_literal(f ? *f : std::string_view{}) +
-                                                "::" + st.columns[k].type_sql);
+                        last_key[n].assign(f ? *f : std::string_view{});
                     }
                 }
                 batch_bytes += row_bytes + 16 * row.size();
@@ -398,6 +401,7 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
                         co_return false;
                     }
                     batch = CopyRows{index, {}};
+                    batch.rows.reserve(reserve);
                     batch_bytes = 0;
                 }
             }
@@ -405,7 +409,15 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
         if (in_page < options_.page_rows) {
             break;
         }
-        after = std::move(last_key_text);
+        after.clear();
+        for (std::size_t n = 0; n < t.key_columns.size(); ++n) {
+            const auto k = t.key_columns[n];
+            const bool literal =
+                !t.source_text && t.columns[k].storage == schema::StorageClass::Integer;
+            after.push_back(literal
+                                ? last_key[n]
+                                : conn.escape_literal(last_key[n]) + "::" + st.columns[k].type_sql);
+        }
     }
     if (!batch.rows.empty()) {
         total += std::int64_t(batch.rows.size());

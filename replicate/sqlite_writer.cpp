@@ -80,14 +80,25 @@ io::Task<void> SqliteWriter::follow_schema(std::shared_ptr<const schema::Table> 
 
 io::Task<void> SqliteWriter::copy_rows(std::shared_ptr<const schema::Table> table,
                                        std::vector<schema::Row> rows, schema::Lsn version) {
+    // Batches written since the last call are freed here, on the loop that allocated them.
+    std::vector<std::vector<schema::Row>> written;
+    {
+        std::lock_guard lock(written_mutex_);
+        written.swap(written_);
+    }
+    written.clear();
     SqliteDestination* db = db_.get();
-    auto job = [db, table = std::move(table), rows = std::move(rows), version]() {
+    auto job = [this, db, table = std::move(table), rows = std::move(rows), version]() mutable {
         ensure_open(*db);
         for (const auto& row : rows) {
             db->copy_row(*table, row, version);
         }
+        std::lock_guard lock(written_mutex_);
+        written_.push_back(std::move(rows));
     };
-    co_await writer_.run(std::move(job));
+    // Posted, not awaited: the writer writes this batch while the loop decodes the next. Every
+    // later call queues behind it and rethrows its failure (WorkerThread's poison).
+    co_await writer_.post(std::move(job));
 }
 
 io::Task<void> SqliteWriter::apply_changes(std::vector<Change> changes) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "io/worker_thread.hpp"
@@ -44,8 +45,15 @@ private:
     explicit SqliteWriter(std::string path);
 
     std::string path_;
-    io::WorkerThread writer_;
     std::unique_ptr<SqliteDestination> db_; ///< used on writer_ only
+    /// Copied batches the writer has written, handed back for the loop to free: their rows were
+    /// allocated on the loop, and glibc frees another thread's memory slowly (the allocating
+    /// arena's lock, taken against the loop's own allocations). At most the posted batches.
+    std::mutex written_mutex_;
+    std::vector<std::vector<schema::Row>> written_;
+    /// Declared after db_ so that it stops first: batches still posted are dropped, not written
+    /// into a closed database.
+    io::WorkerThread writer_;
 };
 
 } // namespace pgtide::replicate

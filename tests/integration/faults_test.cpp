@@ -312,6 +312,36 @@ TEST_F(Faults, DiskFullWhileStreamingStopsAtTheCheckpointAndLosesNothing) {
     EXPECT_EQ(epoch(), "1");
 }
 
+// (1b) The file system fills up during the snapshot (6 MB of rows, 2 MiB of room), while the
+// writer thread writes batches that the applier posted without waiting for them
+// (WorkerThread::post). Fails if the failed batch does not stop the run, if anything queued
+// after it still commits (the table would be recorded copied, or the epoch streaming, with rows
+// missing, and never copied again), or if the next run does not end equal to the source.
+TEST_F(Faults, DiskFullDuringTheSnapshotStopsAndTheNextRunCopiesEverything) {
+    exec("CREATE TABLE t (id int PRIMARY KEY, v bigint, note text)");
+    exec("INSERT INTO t SELECT g, g, repeat('x', 300) FROM generate_series(1, 20000) g");
+    exec("CREATE PUBLICATION pub FOR TABLE t");
+    PgtideProcess pgtide(run_args(true), full_disk_env(2 << 20));
+    const int code = wait_exit(pgtide, 60s, "the file system filled up during the snapshot");
+    const std::string err = pgtide.stderr_text();
+    EXPECT_EQ(code, 1) << err;
+    EXPECT_TRUE(contains(err, "sqlite destination " + sqlite_path_)) << err;
+    EXPECT_TRUE(contains(err, "database or disk is full")) << err;
+    {
+        const SqliteFile dest(sqlite_path_);
+        EXPECT_EQ(dest.value("SELECT phase FROM _pgtide_checkpoint"), "snapshot");
+        const Rows states = dest.rows("SELECT state FROM _pgtide_tables WHERE source_table = "
+                                      "'public.t' AND state IN ('copied', 'ready')");
+        EXPECT_TRUE(states.empty()) << "a table whose rows did not all fit was recorded whole";
+        EXPECT_LT(std::stoll(dest.value("SELECT count(*) FROM t")), 20000);
+    }
+
+    // Room again: the next run copies the table whole, and what changed meanwhile arrives too.
+    change_t(1);
+    run_once();
+    expect_t_equal();
+}
+
 // (2) Read-only destination: while pgtide runs, a chmod changes nothing (SQLite writes through
 // the descriptors it opened); at the next start a read-only directory, then a read-only file,
 // are refused at once, naming the file and the problem. Fails if SqliteDestination opens a

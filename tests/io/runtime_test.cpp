@@ -389,6 +389,86 @@ TEST(WorkerThread, DestructorFinishesQueuedJobs) {
     EXPECT_EQ(done.load(), 1);
 }
 
+// post() returns before its job runs, keeps at most posted_limit jobs outstanding, and jobs
+// (posted or run) still execute in submission order.
+TEST(WorkerThread, PostedJobsRunInOrderWithoutBeingAwaited) {
+    EventLoop loop;
+    WorkerThread worker("io-test", 64, 2);
+    std::atomic<bool> gate{false};
+    std::atomic<int> finished{0};
+    std::vector<int> order; // written on the worker only, read after wait_posted
+    auto body = [](WorkerThread* w, std::atomic<bool>* g, std::atomic<int>* done,
+                   std::vector<int>* ord) -> Task<int> {
+        int peak = 0;
+        // The first job blocks until the gate opens: post() must still return for it and for
+        // one more.
+        co_await w->post([g, done, ord] {
+            while (!g->load()) {
+                std::this_thread::sleep_for(1ms);
+            }
+            ord->push_back(0);
+            ++*done;
+        });
+        co_await w->post([done, ord] {
+            ord->push_back(1);
+            ++*done;
+        });
+        peak = 2 - done->load();
+        g->store(true);
+        for (int i = 2; i < 10; ++i) {
+            co_await w->post([done, ord, i] {
+                ord->push_back(i);
+                ++*done;
+            });
+            peak = std::max(peak, i + 1 - done->load());
+        }
+        const int last = co_await w->run([ord] { return ord->back(); });
+        co_await w->wait_posted();
+        co_return last * 100 + peak;
+    };
+    // The run() job saw job 9 done; queued or running posted jobs never exceeded 2.
+    EXPECT_EQ(sync_wait(loop, body(&worker, &gate, &finished, &order)), 902);
+    EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+}
+
+// A posted job's failure stops every job queued after it and reaches the loop once: through
+// the next run() (whose job does not run), and the worker works normally after that.
+TEST(WorkerThread, APostedFailureSkipsLaterJobsAndIsRethrownOnce) {
+    EventLoop loop;
+    WorkerThread worker("io-test", 64, 4);
+    std::atomic<bool> gate{false};
+    std::atomic<int> ran{0};
+    auto body = [](WorkerThread* w, std::atomic<bool>* g,
+                   std::atomic<int>* r) -> Task<std::string> {
+        // The failing job waits for the gate, so that the next one is surely queued behind it.
+        co_await w->post([g] {
+            while (!g->load()) {
+                std::this_thread::sleep_for(1ms);
+            }
+            throw std::invalid_argument("bad batch");
+        });
+        co_await w->post([r] { ++*r; }); // skipped: queued behind the failure
+        g->store(true);
+        std::string caught;
+        try {
+            co_await w->run([r] { ++*r; }); // not run: it carries the failure instead
+        } catch (const std::invalid_argument& e) {
+            caught = e.what();
+        }
+        co_await w->run([r] { *r += 10; }); // the failure was told once: runs again
+        co_await w->wait_posted();          // nothing left to rethrow
+        co_return caught;
+    };
+    EXPECT_EQ(sync_wait(loop, body(&worker, &gate, &ran)), "bad batch");
+    EXPECT_EQ(ran.load(), 10);
+
+    auto waited = [](WorkerThread* w) -> Task<void> {
+        co_await w->post([] { throw std::invalid_argument("late"); });
+        co_await w->wait_posted();
+    };
+    EXPECT_THROW(sync_wait(loop, waited(&worker)), std::invalid_argument);
+}
+
 TEST(Signals, WaitSignalReturnsTheBlockedSignal) {
     block_signals({SIGUSR1});
     EventLoop loop;
