@@ -168,7 +168,7 @@ io::Task<void> Applier::apply(ApplyWork work) {
             m->snapshot_rows[t.qualified()] = rows_per_table_.at(rows->table);
         }
         note_progress(TableProgress{t.qualified(), t.target, TableState::Copying, checkpoint_.epoch,
-                                    version, rows_per_table_.at(rows->table)});
+                                    version, rows_per_table_.at(rows->table), t.source_oid});
         log_progress(now);
         if (rows_in_transaction_ >= options_.batch_rows * 5) {
             co_await commit(checkpoint_.lsn);
@@ -182,7 +182,8 @@ io::Task<void> Applier::apply(ApplyWork work) {
         // it again.
         note_progress(TableProgress{
             t.qualified(), t.target, copy_version_ ? TableState::Ready : TableState::Copied,
-            checkpoint_.epoch, copy_version_.value_or(checkpoint_.consistent_lsn), done->rows});
+            checkpoint_.epoch, copy_version_.value_or(checkpoint_.consistent_lsn), done->rows,
+            t.source_oid});
         stats_.tables_copied += 1;
         if (options_.metrics != nullptr) {
             options_.metrics->tables_copied += 1;
@@ -283,7 +284,7 @@ io::Task<void> Applier::start_epoch(std::int64_t epoch, schema::Lsn consistent_l
     std::vector<TableProgress> progress;
     for (const auto& t : tables) {
         progress.push_back(TableProgress{t.qualified(), t.target, TableState::Init, next.epoch,
-                                         next.consistent_lsn, 0});
+                                         next.consistent_lsn, 0, t.source_oid});
     }
     co_await destination_.reset_tables(next.slot_name, std::move(tables));
     const bool ok = co_await destination_.commit(std::move(progress), expected, next);
@@ -308,7 +309,8 @@ io::Task<void> Applier::complete_snapshot() {
     for (std::size_t i = 0; i < tables_.size(); ++i) {
         const auto& t = *tables_[i];
         note_progress(TableProgress{t.qualified(), t.target, TableState::Ready, checkpoint_.epoch,
-                                    checkpoint_.consistent_lsn, rows_per_table_.at(i)});
+                                    checkpoint_.consistent_lsn, rows_per_table_.at(i),
+                                    t.source_oid});
     }
     std::vector<std::string> targets;
     for (const auto& t : tables_) {
@@ -343,7 +345,7 @@ io::Task<void> Applier::start_table_copies(std::vector<std::shared_ptr<const sch
     for (const auto& t : tables_) {
         copies.push_back(*t);
         note_progress(TableProgress{t->qualified(), t->target, TableState::Copying,
-                                    checkpoint_.epoch, version, 0});
+                                    checkpoint_.epoch, version, 0, t->source_oid});
         if (Metrics* m = options_.metrics) {
             m->snapshot_rows[t->qualified()] = 0;
             m->snapshot_done.erase(t->qualified());

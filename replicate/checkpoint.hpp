@@ -52,6 +52,10 @@ struct TableProgress {
     std::int64_t epoch = 0;
     schema::Lsn copy_lsn; ///< version of the rows this copy writes
     std::int64_t rows_copied = 0;
+    /// pg_class.oid of the source table the rows were copied from: a table dropped and created
+    /// again under its name has another, and is copied again. 0: not recorded (a destination
+    /// written before pgtide recorded it; the next copy records it).
+    std::uint32_t source_oid = 0;
     friend bool operator==(const TableProgress&, const TableProgress&) = default;
 };
 

@@ -334,15 +334,20 @@ follow_publications(PublicationFollower f, std::vector<SourceTable> source_table
     }
     co_await f.applier->forget_tables(std::move(left));
 
+    // A table whose recorded source OID is not today's was dropped and created again under its
+    // name: its destination rows are the old table's, so it is copied again.
+    const auto recreated = [](const TableProgress& p, const SourceTable& st) {
+        return p.source_oid != 0 && st.table.source_oid != 0 && p.source_oid != st.table.source_oid;
+    };
     std::vector<SourceTable> joined;
     for (const SourceTable& st : source_tables) {
         const std::string name = st.table.qualified();
-        const bool ready =
-            std::any_of(states.begin(), states.end(), [&name](const TableProgress& p) {
-                return p.source_table == name && p.state == TableState::Ready;
-            });
+        const bool ready = std::any_of(states.begin(), states.end(), [&](const TableProgress& p) {
+            return p.source_table == name && p.state == TableState::Ready && !recreated(p, st);
+        });
         if (!ready) {
             joined.push_back(st);
+            copied_at.erase(name);
         }
     }
     if (joined.empty()) {
@@ -387,7 +392,8 @@ follow_publications(PublicationFollower f, std::vector<SourceTable> source_table
         const auto state =
             std::find_if(states.begin(), states.end(),
                          [&name](const TableProgress& p) { return p.source_table == name; });
-        const char* reason = state == states.end() ? "it joined the publications"
+        const char* reason = state == states.end()   ? "it joined the publications"
+                             : recreated(*state, st) ? "it was dropped and created again"
                              : state->state == TableState::Init
                                  ? "a copy was requested or had not started"
                                  : "its copy did not finish";

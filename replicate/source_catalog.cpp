@@ -132,6 +132,7 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
         SourceTable st;
         st.table.schema = std::string(rels.get(r, 1));
         st.table.name = std::string(rels.get(r, 2));
+        st.table.source_oid = std::uint32_t(std::stoul(relid));
         st.estimated_rows = to_int64(rels.get(r, 3));
         const TableOverride* ov = nullptr;
         for (const auto& o : overrides) {

@@ -224,6 +224,12 @@ void Stream::install_relation(const pgoutput::Relation& rel,
         unpublished_[rel.oid] = name;
         return;
     }
+    // Another relation under a name the destination holds: the table was dropped and created
+    // again, and its destination rows are the old table's. The coordinator copies it again
+    // (follow_publications compares the OIDs); nothing of this transaction is applied.
+    if (!history && known->second->source_oid != 0 && rel.oid != known->second->source_oid) {
+        throw PublicationChanged(name);
+    }
     unpublished_.erase(rel.oid);
     const schema::Table& old = *known->second;
     auto table = std::make_shared<schema::Table>();
@@ -231,6 +237,7 @@ void Stream::install_relation(const pgoutput::Relation& rel,
     table->name = old.name;
     table->target = old.target;
     table->source_text = old.source_text;
+    table->source_oid = old.source_oid;
     bool changed = rel.columns.size() != old.columns.size();
     for (std::size_t i = 0; i < rel.columns.size(); ++i) {
         const auto& rc = rel.columns[i];

@@ -44,6 +44,9 @@ struct Table {
     /// PostgreSQL destination reads back with the same types (readers and the stream then
     /// select and decode every column as text).
     bool source_text = false;
+    /// pg_class.oid of the source table (0 when not read from the catalog): the same name with
+    /// another OID is a table dropped and created again.
+    std::uint32_t source_oid = 0;
 
     /// "schema.name" as the user writes it (unquoted).
     std::string qualified() const { return schema + "." + name; }

@@ -604,6 +604,37 @@ TEST_F(SqliteDestinationTest, TableProgressUpsertAndLoad) {
     EXPECT_EQ(dest().load_tables("another").size(), 1u);
 }
 
+// The source OID each table was copied from round-trips; a destination written before pgtide
+// recorded it gains the column when opened, its rows reading 0 (unknown).
+TEST_F(SqliteDestinationTest, SourceOidsRoundTripAndOlderDestinationsGainTheColumn) {
+    TableProgress a{"public.a", "a", TableState::Ready, 1, lsn(100), 10, 16384};
+    dest().set_table_progress("pgtide", a);
+    EXPECT_EQ(dest().load_tables("pgtide"), std::vector<TableProgress>{a});
+    dest_.reset();
+
+    const std::string old_path = (dir_ / "old.db").string();
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(old_path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           R"(CREATE TABLE "_pgtide_tables" ("slot_name" TEXT NOT NULL,
+                                "source_table" TEXT NOT NULL, "target_table" TEXT NOT NULL,
+                                "state" TEXT NOT NULL, "epoch" INTEGER NOT NULL,
+                                "copy_lsn" INTEGER NOT NULL, "rows_copied" INTEGER NOT NULL,
+                                "updated_at" INTEGER NOT NULL,
+                                PRIMARY KEY ("slot_name", "source_table"));
+                              INSERT INTO "_pgtide_tables" VALUES
+                                ('pgtide', 'public.a', 'a', 'ready', 1, 100, 10, 0);)",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+    SqliteDestination old(old_path);
+    TableProgress recorded = a;
+    recorded.source_oid = 0;
+    EXPECT_EQ(old.load_tables("pgtide"), std::vector<TableProgress>{recorded});
+    old.set_table_progress("pgtide", a);
+    EXPECT_EQ(old.load_tables("pgtide"), std::vector<TableProgress>{a});
+}
+
 TEST_F(SqliteDestinationTest, StatesAndPhasesRoundTrip) {
     for (const TableState s :
          {TableState::Init, TableState::Copying, TableState::Copied, TableState::Ready}) {
