@@ -27,7 +27,8 @@ namespace pgtide::io {
 /// loop prepares the next (at most posted_limit posted jobs outstanding). A posted job that
 /// throws poisons the worker: every job after it fails with that exception without running,
 /// until the loop has been told — by the next run() (whose job is not run), post() or
-/// wait_posted(), which rethrow it once.
+/// wait_posted(), which rethrow it once. Jobs still queued when the loop is told then run; the
+/// caller's recovery (a rollback) queues behind them.
 class WorkerThread {
 public:
     explicit WorkerThread(std::string name, std::size_t queue_capacity = 64,

@@ -325,7 +325,6 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
         co_await conn.copy_out_start(page_query(st, after, options_.page_rows, work.range));
         schema::BinaryCopyParser parser;
         std::int64_t in_page = 0;
-
         for (;;) {
             std::optional<io::PgBuffer> chunk = co_await conn.copy_out_next();
             if (!chunk) {

@@ -78,15 +78,18 @@ io::Task<void> SqliteWriter::follow_schema(std::shared_ptr<const schema::Table> 
     co_await writer_.run(std::move(job));
 }
 
-io::Task<void> SqliteWriter::copy_rows(std::shared_ptr<const schema::Table> table,
-                                       std::vector<schema::Row> rows, schema::Lsn version) {
-    // Batches written since the last call are freed here, on the loop that allocated them.
+void SqliteWriter::free_written_batches() {
     std::vector<std::vector<schema::Row>> written;
     {
         std::lock_guard lock(written_mutex_);
         written.swap(written_);
     }
-    written.clear();
+    // Freed here, on the loop that allocated them.
+}
+
+io::Task<void> SqliteWriter::copy_rows(std::shared_ptr<const schema::Table> table,
+                                       std::vector<schema::Row> rows, schema::Lsn version) {
+    free_written_batches();
     SqliteDestination* db = db_.get();
     auto job = [this, db, table = std::move(table), rows = std::move(rows), version]() mutable {
         ensure_open(*db);
@@ -187,6 +190,7 @@ io::Task<void> SqliteWriter::clear_tombstones(std::vector<std::string> targets) 
 
 io::Task<bool> SqliteWriter::commit(std::vector<TableProgress> progress, Checkpoint expected,
                                     Checkpoint next) {
+    free_written_batches(); // the copy's last batches do not outlive it
     SqliteDestination* db = db_.get();
     auto job = [db, progress = std::move(progress), expected, next]() {
         ensure_open(*db);

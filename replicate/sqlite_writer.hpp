@@ -43,6 +43,8 @@ public:
 
 private:
     explicit SqliteWriter(std::string path);
+    /// Frees, on the loop, the copied batches the writer has handed back.
+    void free_written_batches();
 
     std::string path_;
     std::unique_ptr<SqliteDestination> db_; ///< used on writer_ only
