@@ -106,14 +106,19 @@ protected:
         return false;
     }
 
-    /// Until the running pgtide streams (its snapshot is done); false if it exited first.
-    bool wait_for_streaming(PgtideProcess& pgtide) const {
+    /// Until the running pgtide's destination answers `sql` with `want`; false if it exited
+    /// first or the answer did not come.
+    bool wait_for_dest(PgtideProcess& pgtide, const std::string& sql,
+                       const std::string& want) const {
         return wait_for([&] {
-                   return dest_value("SELECT phase FROM _pgtide_checkpoint") ==
-                              std::optional<std::string>("streaming") ||
-                          !pgtide.running();
+                   return dest_value(sql) == std::optional<std::string>(want) || !pgtide.running();
                }) &&
                pgtide.running();
+    }
+
+    /// Until the running pgtide streams (its snapshot is done); false if it exited first.
+    bool wait_for_streaming(PgtideProcess& pgtide) const {
+        return wait_for_dest(pgtide, "SELECT phase FROM _pgtide_checkpoint", "streaming");
     }
 
     /// The state of `table` in _pgtide_tables, if it has a row.
@@ -235,10 +240,8 @@ TEST_P(CopyRanges, TableAddedWhileRunningUnderWriteLoadEndsEqual) {
     ASSERT_TRUE(copied && pgtide.running()) << pgtide.stderr_text();
     EXPECT_GT(writer.transactions(), 50);
     exec("INSERT INTO a VALUES (-1, 'last', 0)");
-    ASSERT_TRUE(wait_for([&] {
-        return dest_value("SELECT count(*) FROM a WHERE id = -1") ==
-               std::optional<std::string>("1");
-    })) << pgtide.stderr_text();
+    ASSERT_TRUE(wait_for_dest(pgtide, "SELECT count(*) FROM a WHERE id = -1", "1"))
+        << pgtide.stderr_text();
     pgtide.kill(SIGTERM);
     EXPECT_EQ(pgtide.wait(), 0) << pgtide.stderr_text();
     const std::string log = pgtide.stderr_text();
@@ -419,11 +422,7 @@ TEST_P(CopyRanges, SchemaChangesOnATableWithRowsEndEqual) {
     exec("ALTER TABLE s ALTER COLUMN amount TYPE numeric(10,1)");
     exec("UPDATE s SET n = -n WHERE id % 10 = 0");
     exec("INSERT INTO s VALUES (5002, 1, 2.25, DEFAULT)");
-    ASSERT_TRUE(wait_for([&] {
-        return dest_value("SELECT count(*) FROM s") == std::optional<std::string>("5002") ||
-               !pgtide.running();
-    })) << pgtide.stderr_text();
-    ASSERT_TRUE(pgtide.running()) << pgtide.stderr_text();
+    ASSERT_TRUE(wait_for_dest(pgtide, "SELECT count(*) FROM s", "5002")) << pgtide.stderr_text();
     pgtide.kill(SIGTERM);
     EXPECT_EQ(pgtide.wait(), 0) << pgtide.stderr_text();
     EXPECT_NE(pgtide.stderr_text().find("a table is copied again"), std::string::npos)
@@ -566,12 +565,8 @@ TEST_P(CopyRanges, TableDroppedAndCreatedAgainWhileRunningIsCopiedAgain) {
     exec(kRecreateA);
     exec("UPDATE a SET v = 'changed' WHERE id BETWEEN 900 AND 950");
     exec("INSERT INTO a VALUES (-1, 'last', 0)");
-    ASSERT_TRUE(wait_for([&] {
-        return dest_value("SELECT count(*) FROM a WHERE id = -1") ==
-                   std::optional<std::string>("1") ||
-               !pgtide.running();
-    })) << pgtide.stderr_text();
-    ASSERT_TRUE(pgtide.running()) << pgtide.stderr_text();
+    ASSERT_TRUE(wait_for_dest(pgtide, "SELECT count(*) FROM a WHERE id = -1", "1"))
+        << pgtide.stderr_text();
     pgtide.kill(SIGTERM);
     EXPECT_EQ(pgtide.wait(), 0) << pgtide.stderr_text();
     EXPECT_NE(pgtide.stderr_text().find("it was dropped and created again"), std::string::npos)

@@ -16,6 +16,7 @@
 #include "schema/lsn.hpp"
 #include "schema/table.hpp"
 #include "schema/value.hpp"
+#include "tests/replicate/checkpoint_fixture.hpp"
 
 namespace pgtide::replicate {
 namespace {
@@ -115,19 +116,7 @@ Row item(std::int64_t id, std::string v, schema::Value big = Null{}) {
 }
 
 Checkpoint checkpoint() {
-    Checkpoint c;
-    c.slot_name = "pgtide";
-    c.system_identifier = "7312345678901234567";
-    c.timeline = 1;
-    c.database = "app";
-    c.epoch = 1;
-    c.phase = Phase::Snapshot;
-    c.consistent_lsn = lsn(0x16B374D848);
-    c.lsn = lsn(0x16B374D848);
-    c.owner = "owner-a";
-    c.lease_until_unix_ms = 1700000010000;
-    c.updated_at_unix_ms = 1700000000000;
-    return c;
+    return testing::sample_checkpoint();
 }
 
 // ---- metadata tables ---------------------------------------------------------------------

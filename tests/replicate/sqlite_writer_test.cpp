@@ -19,6 +19,7 @@
 #include "schema/lsn.hpp"
 #include "schema/table.hpp"
 #include "schema/value.hpp"
+#include "tests/replicate/checkpoint_fixture.hpp"
 
 namespace pgtide::replicate {
 namespace {
@@ -46,19 +47,7 @@ Table items() {
 }
 
 Checkpoint checkpoint() {
-    Checkpoint c;
-    c.slot_name = "pgtide";
-    c.system_identifier = "7312345678901234567";
-    c.timeline = 1;
-    c.database = "app";
-    c.epoch = 1;
-    c.phase = Phase::Snapshot;
-    c.consistent_lsn = schema::Lsn(0x1000);
-    c.lsn = schema::Lsn(0x1000);
-    c.owner = "owner-a";
-    c.lease_until_unix_ms = 1700000010000;
-    c.updated_at_unix_ms = 1700000000000;
-    return c;
+    return testing::sample_checkpoint();
 }
 
 std::vector<Row> rows(std::int64_t from, std::int64_t to) {
@@ -83,15 +72,15 @@ io::Task<Outcome> copy_with_a_broken_batch(std::string path) {
     auto table = std::make_shared<const Table>(items());
     Outcome outcome;
     try {
-        co_await writer->copy_rows(table, rows(1, 100), schema::Lsn(0x1000));
+        co_await writer->copy_rows(table, rows(1, 100), checkpoint().consistent_lsn);
         std::vector<Row> broken = rows(101, 200);
         broken[50].pop_back(); // one value short: the writer refuses the batch
-        co_await writer->copy_rows(table, std::move(broken), schema::Lsn(0x1000));
-        co_await writer->copy_rows(table, rows(201, 300), schema::Lsn(0x1000));
+        co_await writer->copy_rows(table, std::move(broken), checkpoint().consistent_lsn);
+        co_await writer->copy_rows(table, rows(201, 300), checkpoint().consistent_lsn);
         Checkpoint next = checkpoint();
-        next.lsn = schema::Lsn(0x2000);
+        next.lsn = schema::Lsn(checkpoint().lsn.value() + 0x1000);
         std::vector<TableProgress> progress{TableProgress{
-            "public.items", "items", TableState::Copied, 1, schema::Lsn(0x1000), 300}};
+            "public.items", "items", TableState::Copied, 1, checkpoint().consistent_lsn, 300}};
         outcome.committed = co_await writer->commit(progress, checkpoint(), next);
     } catch (const std::exception& e) {
         outcome.error = e.what();
@@ -138,7 +127,8 @@ TEST(SqliteWriter, AFailedCopyBatchStopsEveryLaterWriteAndTheCommit) {
         << outcome.error;
     EXPECT_EQ(committed_value(path, "SELECT count(*) FROM items"), "0");
     EXPECT_EQ(committed_value(path, "SELECT count(*) FROM _pgtide_tables"), "0");
-    EXPECT_EQ(committed_value(path, "SELECT lsn FROM _pgtide_checkpoint"), std::to_string(0x1000));
+    EXPECT_EQ(committed_value(path, "SELECT lsn FROM _pgtide_checkpoint"),
+              std::to_string(checkpoint().lsn.value()));
     std::filesystem::remove_all(dir);
 }
 
