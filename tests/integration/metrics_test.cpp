@@ -200,7 +200,7 @@ TEST_F(Metrics, CountsWhatTheRunAppliedAndRefusesABusyPort) {
     EXPECT_EQ(s.at("pgtide_up"), "1");
     EXPECT_EQ(s.at("pgtide_phase{phase=\"streaming\"}"), "1");
     EXPECT_EQ(s.at("pgtide_phase{phase=\"snapshot\"}"), "0");
-    EXPECT_EQ(s.at("pgtide_reconnects_total"), "0");
+    EXPECT_EQ(s.at("pgtide_reconnects_total"), "0") << pgtide.stderr_text();
     EXPECT_EQ(s.types["pgtide_applied_changes_total"], "counter");
     EXPECT_EQ(s.types["pgtide_checkpoint_lsn_bytes"], "gauge");
     EXPECT_EQ(s.types["pgtide_destination_commit_seconds"], "histogram");
