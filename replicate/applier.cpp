@@ -168,7 +168,8 @@ io::Task<void> Applier::apply(ApplyWork work) {
             m->snapshot_rows[t.qualified()] = rows_per_table_.at(rows->table);
         }
         note_progress(TableProgress{t.qualified(), t.target, TableState::Copying, checkpoint_.epoch,
-                                    version, rows_per_table_.at(rows->table), t.source_oid});
+                                    version, rows_per_table_.at(rows->table), t.source_oid,
+                                    t.publication_membership});
         log_progress(now);
         if (rows_in_transaction_ >= options_.batch_rows * 5) {
             co_await commit(checkpoint_.lsn);
@@ -183,7 +184,7 @@ io::Task<void> Applier::apply(ApplyWork work) {
         note_progress(TableProgress{
             t.qualified(), t.target, copy_version_ ? TableState::Ready : TableState::Copied,
             checkpoint_.epoch, copy_version_.value_or(checkpoint_.consistent_lsn), done->rows,
-            t.source_oid});
+            t.source_oid, t.publication_membership});
         stats_.tables_copied += 1;
         if (options_.metrics != nullptr) {
             options_.metrics->tables_copied += 1;
@@ -284,7 +285,8 @@ io::Task<void> Applier::start_epoch(std::int64_t epoch, schema::Lsn consistent_l
     std::vector<TableProgress> progress;
     for (const auto& t : tables) {
         progress.push_back(TableProgress{t.qualified(), t.target, TableState::Init, next.epoch,
-                                         next.consistent_lsn, 0, t.source_oid});
+                                         next.consistent_lsn, 0, t.source_oid,
+                                         t.publication_membership});
     }
     co_await destination_.reset_tables(next.slot_name, std::move(tables));
     const bool ok = co_await destination_.commit(std::move(progress), expected, next);
@@ -309,8 +311,8 @@ io::Task<void> Applier::complete_snapshot() {
     for (std::size_t i = 0; i < tables_.size(); ++i) {
         const auto& t = *tables_[i];
         note_progress(TableProgress{t.qualified(), t.target, TableState::Ready, checkpoint_.epoch,
-                                    checkpoint_.consistent_lsn, rows_per_table_.at(i),
-                                    t.source_oid});
+                                    checkpoint_.consistent_lsn, rows_per_table_.at(i), t.source_oid,
+                                    t.publication_membership});
     }
     std::vector<std::string> targets;
     for (const auto& t : tables_) {
@@ -345,7 +347,8 @@ io::Task<void> Applier::start_table_copies(std::vector<std::shared_ptr<const sch
     for (const auto& t : tables_) {
         copies.push_back(*t);
         note_progress(TableProgress{t->qualified(), t->target, TableState::Copying,
-                                    checkpoint_.epoch, version, 0, t->source_oid});
+                                    checkpoint_.epoch, version, 0, t->source_oid,
+                                    t->publication_membership});
         if (Metrics* m = options_.metrics) {
             m->snapshot_rows[t->qualified()] = 0;
             m->snapshot_done.erase(t->qualified());
@@ -366,6 +369,17 @@ io::Task<void> Applier::complete_table_copies() {
         co_await commit(checkpoint_.lsn);
     }
     copy_version_.reset();
+}
+
+io::Task<void> Applier::record_tables(std::vector<TableProgress> states) {
+    if (states.empty()) {
+        co_return;
+    }
+    for (TableProgress& p : states) {
+        note_progress(std::move(p));
+    }
+    in_transaction_ = true;
+    co_await commit(checkpoint_.lsn);
 }
 
 io::Task<void> Applier::forget_tables(std::vector<std::string> source_tables) {

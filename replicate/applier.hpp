@@ -95,6 +95,9 @@ public:
     /// copy's version, with its CopyComplete). Commits what is left (the checkpoint LSN does
     /// not move). Suspends.
     io::Task<void> complete_table_copies();
+    /// Writes `states` as they are (a ready table's new publication membership). Commits
+    /// when there are any. Suspends.
+    io::Task<void> record_tables(std::vector<TableProgress> states);
     /// Deletes the state rows of tables that left the publications. Commits. Suspends.
     io::Task<void> forget_tables(std::vector<std::string> source_tables);
     /// Takes ownership of the checkpoint row with a fresh owner token and lease. Suspends.

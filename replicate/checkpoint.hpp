@@ -56,6 +56,10 @@ struct TableProgress {
     /// again under its name has another, and is copied again. 0: not recorded (a destination
     /// written before pgtide recorded it; the next copy records it).
     std::uint32_t source_oid = 0;
+    /// schema::Table::publication_membership when the table was last copied or found published:
+    /// a table whose membership today shares none of it left the publications meanwhile, and is
+    /// copied again. Empty: not recorded (recorded when the table is next seen).
+    std::string membership;
     friend bool operator==(const TableProgress&, const TableProgress&) = default;
 };
 

@@ -339,17 +339,30 @@ follow_publications(PublicationFollower f, std::vector<SourceTable> source_table
     const auto recreated = [](const TableProgress& p, const SourceTable& st) {
         return p.source_oid != 0 && st.table.source_oid != 0 && p.source_oid != st.table.source_oid;
     };
+    // A table whose publication membership shares nothing with the recorded one was taken out
+    // of the publications and put back: the stream sent none of its changes in between.
+    const auto came_back = [](const TableProgress& p, const SourceTable& st) {
+        return !p.membership.empty() && !st.table.publication_membership.empty() &&
+               !share_a_membership(p.membership, st.table.publication_membership);
+    };
     std::vector<SourceTable> joined;
+    std::vector<TableProgress> moved; // ready tables published through other catalog rows now
     for (const SourceTable& st : source_tables) {
         const std::string name = st.table.qualified();
-        const bool ready = std::any_of(states.begin(), states.end(), [&](const TableProgress& p) {
-            return p.source_table == name && p.state == TableState::Ready && !recreated(p, st);
-        });
-        if (!ready) {
+        const auto state =
+            std::find_if(states.begin(), states.end(), [&name](const TableProgress& p) {
+                return p.source_table == name && p.state == TableState::Ready;
+            });
+        if (state == states.end() || recreated(*state, st) || came_back(*state, st)) {
             joined.push_back(st);
             copied_at.erase(name);
+        } else if (state->membership != st.table.publication_membership) {
+            TableProgress p = *state;
+            p.membership = st.table.publication_membership;
+            moved.push_back(std::move(p));
         }
     }
+    co_await f.applier->record_tables(std::move(moved));
     if (joined.empty()) {
         co_return copied_at;
     }
@@ -392,11 +405,12 @@ follow_publications(PublicationFollower f, std::vector<SourceTable> source_table
         const auto state =
             std::find_if(states.begin(), states.end(),
                          [&name](const TableProgress& p) { return p.source_table == name; });
-        const char* reason = state == states.end()   ? "it joined the publications"
-                             : recreated(*state, st) ? "it was dropped and created again"
-                             : state->state == TableState::Init
-                                 ? "a copy was requested or had not started"
-                                 : "its copy did not finish";
+        const char* reason =
+            state == states.end()              ? "it joined the publications"
+            : recreated(*state, st)            ? "it was dropped and created again"
+            : came_back(*state, st)            ? "it left the publications and was added again"
+            : state->state == TableState::Init ? "a copy was requested or had not started"
+                                               : "its copy did not finish";
         io::log_info("copying a table alone", {{"table", name},
                                                {"reason", reason},
                                                {"slot", copy_slot},

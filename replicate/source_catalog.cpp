@@ -2,6 +2,7 @@
 #include "replicate/source_catalog.hpp"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "replicate/errors.hpp"
@@ -33,14 +34,35 @@ std::string oid_array_literal(const std::vector<std::uint32_t>& oids) {
     return s + "}";
 }
 
-// The relations the publications publish as themselves: oid, schema, name, estimated rows.
-// A partition is left out when one of its ancestors is listed by a publication that publishes
-// via the partition root: pgoutput then publishes its changes as the topmost such ancestor,
-// whichever other publication lists the partition itself (as PostgreSQL 16's
-// pg_get_publication_tables does for several publications; 15 lists both). $1: the
-// publications, a text array.
-const char* published_relations_sql() {
-    return "SELECT DISTINCT c.oid, n.nspname, c.relname, greatest(c.reltuples, 0)::bigint "
+// The relations the publications publish as themselves: oid, schema, name, estimated rows,
+// membership. A partition is left out when one of its ancestors is listed by a publication that
+// publishes via the partition root: pgoutput then publishes its changes as the topmost such
+// ancestor, whichever other publication lists the partition itself (as PostgreSQL 16's
+// pg_get_publication_tables does for several publications; 15 lists both). The membership is
+// the sorted OIDs of the catalog rows that publish the relation (pg_publication_rel of it or an
+// ancestor, pg_publication_namespace of their schemas, a FOR ALL TABLES publication; the
+// ancestors function lists nothing for a table that is no partition): every ADD TABLE or ADD
+// TABLES IN SCHEMA writes a row with a new OID. $1: the publications, a text array.
+std::string published_relations_sql(int server_version) {
+    std::string schemas;
+    if (server_version >= 150000) { // pg_publication_namespace is new in 15
+        schemas = "  UNION SELECT pn.oid FROM pg_publication_namespace pn "
+                  "  JOIN pg_publication p ON p.oid = pn.pnpubid "
+                  "  WHERE p.pubname = ANY($1::text[]) AND (pn.pnnspid = c.relnamespace "
+                  "  OR pn.pnnspid IN (SELECT ac.relnamespace FROM pg_partition_ancestors(c.oid) a "
+                  "    JOIN pg_class ac ON ac.oid = a.relid)) ";
+    }
+    return "SELECT DISTINCT c.oid, n.nspname, c.relname, greatest(c.reltuples, 0)::bigint, "
+           "array_to_string(ARRAY(SELECT m FROM ("
+           "  SELECT pr.oid AS m FROM pg_publication_rel pr "
+           "  JOIN pg_publication p ON p.oid = pr.prpubid "
+           "  WHERE p.pubname = ANY($1::text[]) "
+           "  AND (pr.prrelid = c.oid "
+           "  OR pr.prrelid IN (SELECT relid FROM pg_partition_ancestors(c.oid))) " +
+           schemas +
+           "  UNION SELECT p.oid FROM pg_publication p "
+           "  WHERE p.pubname = ANY($1::text[]) AND p.puballtables"
+           ") s ORDER BY m), ',') "
            "FROM pg_publication_tables pt "
            "JOIN pg_namespace n ON n.nspname = pt.schemaname "
            "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename "
@@ -96,13 +118,37 @@ std::optional<std::string> single_array_element(std::string_view literal, const 
 
 } // namespace
 
-io::Task<std::vector<std::string>>
+bool share_a_membership(const std::string& a, const std::string& b) {
+    const auto split = [](const std::string& s) {
+        std::set<std::string> out;
+        std::size_t from = 0;
+        while (from < s.size()) {
+            std::size_t to = s.find(',', from);
+            if (to == std::string::npos) {
+                to = s.size();
+            }
+            out.insert(s.substr(from, to - from));
+            from = to + 1;
+        }
+        return out;
+    };
+    const std::set<std::string> left = split(a);
+    for (const std::string& m : split(b)) {
+        if (left.contains(m)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+io::Task<std::map<std::string, std::string>>
 SourceCatalog::published_names(io::PgConnection& conn, std::vector<std::string> publications) {
-    io::PgResult rels = co_await conn.exec_params(published_relations_sql(),
+    io::PgResult rels = co_await conn.exec_params(published_relations_sql(conn.server_version()),
                                                   params(schema::text_array_literal(publications)));
-    std::vector<std::string> names;
+    std::map<std::string, std::string> names;
     for (int r = 0; r < rels.rows(); ++r) {
-        names.push_back(std::string(rels.get(r, 1)) + "." + std::string(rels.get(r, 2)));
+        names[std::string(rels.get(r, 1)) + "." + std::string(rels.get(r, 2))] =
+            std::string(rels.get(r, 4));
     }
     co_return names;
 }
@@ -122,7 +168,7 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
                                 "... FOR TABLE ...) or fix source.publications");
     }
 
-    io::PgResult rels = co_await conn.exec_params(published_relations_sql(),
+    io::PgResult rels = co_await conn.exec_params(published_relations_sql(conn.server_version()),
                                                   params(schema::text_array_literal(publications)));
 
     std::vector<SourceTable> out;
@@ -133,6 +179,7 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
         st.table.schema = std::string(rels.get(r, 1));
         st.table.name = std::string(rels.get(r, 2));
         st.table.source_oid = std::uint32_t(std::stoul(relid));
+        st.table.publication_membership = std::string(rels.get(r, 4));
         st.estimated_rows = to_int64(rels.get(r, 3));
         const TableOverride* ov = nullptr;
         for (const auto& o : overrides) {

@@ -60,9 +60,10 @@ public:
     io::Task<std::vector<SourceTable>> published_tables(io::PgConnection& conn,
                                                         std::vector<std::string> publications,
                                                         std::vector<TableOverride> overrides);
-    /// The names (`schema.name`) of the tables published_tables() returns, and nothing else
-    /// read: for a cheap look for tables the publications gained. Suspends.
-    static io::Task<std::vector<std::string>>
+    /// The names (`schema.name`) of the tables published_tables() returns, each with its
+    /// publication membership (schema::Table::publication_membership), and nothing else read:
+    /// for a cheap look for tables the publications gained, or lost and gained again. Suspends.
+    static io::Task<std::map<std::string, std::string>>
     published_names(io::PgConnection& conn, std::vector<std::string> publications);
 
     /// Resolves type OIDs to the TypeRef the codecs need (domains to their base type, arrays to
@@ -98,5 +99,10 @@ private:
     std::map<std::uint32_t, TypeRow> types_;
     std::map<std::pair<std::uint32_t, std::int32_t>, std::string> type_sql_;
 };
+
+/// Whether two publication memberships (schema::Table::publication_membership) name a catalog
+/// row in common. None in common means the table may have been published by none of the
+/// publications in between, when the stream sent none of its changes.
+bool share_a_membership(const std::string& a, const std::string& b);
 
 } // namespace pgtide::replicate

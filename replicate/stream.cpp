@@ -49,6 +49,7 @@ Stream::Stream(ReplicationConnection& replication, io::PgConnection& catalog_con
       durable_(durable), stop_requested_(stop_requested), options_(options), received_(start),
       last_idle_(start), last_status_(std::chrono::steady_clock::now()), last_poll_(last_status_) {
     for (auto& t : tables) {
+        memberships_[t->qualified()] = t->publication_membership;
         by_name_[t->qualified()] = t;
     }
 }
@@ -145,12 +146,19 @@ io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
 }
 
 io::Task<void> Stream::poll_publications() {
-    const std::vector<std::string> names =
+    const std::map<std::string, std::string> names =
         co_await SourceCatalog::published_names(catalog_conn_, options_.publications);
-    for (const std::string& name : names) {
+    for (const auto& [name, membership] : names) {
         if (!by_name_.contains(name)) {
             throw PublicationChanged(name);
         }
+        // Taken out of the publications and put back since the last look: the stream sent none
+        // of the changes made in between, so only a copy brings the table up to date.
+        std::string& known = memberships_[name];
+        if (!known.empty() && !membership.empty() && !share_a_membership(known, membership)) {
+            throw CopyRequested(name, "it left the publications and was added again");
+        }
+        known = membership;
     }
 }
 
@@ -238,6 +246,7 @@ void Stream::install_relation(const pgoutput::Relation& rel,
     table->target = old.target;
     table->source_text = old.source_text;
     table->source_oid = old.source_oid;
+    table->publication_membership = old.publication_membership;
     bool changed = rel.columns.size() != old.columns.size();
     for (std::size_t i = 0; i < rel.columns.size(); ++i) {
         const auto& rc = rel.columns[i];

@@ -106,13 +106,16 @@ private:
     std::shared_ptr<const schema::Table> table_for(std::uint32_t relation_oid) const;
     io::Task<void> flush_batch(io::Channel<ApplyWork>& out);
     io::Task<void> send_status(bool reply);
-    /// Throws PublicationChanged when the publications list a table the stream does not hold.
+    /// Throws PublicationChanged when the publications list a table the stream does not hold,
+    /// CopyRequested for one they left and listed again since the last look.
     io::Task<void> poll_publications();
 
     ReplicationConnection& replication_;
     io::PgConnection& catalog_conn_;
     SourceCatalog& catalog_;
     std::map<std::string, std::shared_ptr<const schema::Table>> by_name_;
+    /// By name: the publication membership last seen (schema::Table::publication_membership).
+    std::map<std::string, std::string> memberships_;
     std::map<std::uint32_t, std::shared_ptr<const schema::Table>> by_oid_;
     schema::Lsn start_;
     const schema::Lsn* durable_;

@@ -47,6 +47,10 @@ struct Table {
     /// pg_class.oid of the source table (0 when not read from the catalog): the same name with
     /// another OID is a table dropped and created again.
     std::uint32_t source_oid = 0;
+    /// The sorted OIDs, comma-separated, of the catalog rows through which the publications
+    /// publish the table (SourceCatalog); empty when not read. A table taken out of the
+    /// publications and put back has none of its old ones.
+    std::string publication_membership;
 
     /// "schema.name" as the user writes it (unquoted).
     std::string qualified() const { return schema + "." + name; }

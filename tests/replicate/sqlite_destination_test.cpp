@@ -571,8 +571,8 @@ TEST_F(SqliteDestinationTest, SecondWriterIsBusyAfterTheTimeout) {
 }
 
 TEST_F(SqliteDestinationTest, TableProgressUpsertAndLoad) {
-    TableProgress a{"public.a", "a", TableState::Copying, 1, lsn(100), 10};
-    TableProgress b{"s.b", "s__b", TableState::Init, 1, lsn(100), 0};
+    TableProgress a{"public.a", "a", TableState::Copying, 1, lsn(100), 10, 0, ""};
+    TableProgress b{"s.b", "s__b", TableState::Init, 1, lsn(100), 0, 0, ""};
     dest().set_table_progress("pgtide", b);
     dest().set_table_progress("pgtide", a);
     dest().set_table_progress("another", a);
@@ -593,10 +593,11 @@ TEST_F(SqliteDestinationTest, TableProgressUpsertAndLoad) {
     EXPECT_EQ(dest().load_tables("another").size(), 1u);
 }
 
-// The source OID each table was copied from round-trips; a destination written before pgtide
-// recorded it gains the column when opened, its rows reading 0 (unknown).
+// The source OID each table was copied from and its publication membership round-trip; a
+// destination written before pgtide recorded them gains the columns when opened, its rows
+// reading 0 and '' (unknown).
 TEST_F(SqliteDestinationTest, SourceOidsRoundTripAndOlderDestinationsGainTheColumn) {
-    TableProgress a{"public.a", "a", TableState::Ready, 1, lsn(100), 10, 16384};
+    TableProgress a{"public.a", "a", TableState::Ready, 1, lsn(100), 10, 16384, "16390,16402"};
     dest().set_table_progress("pgtide", a);
     EXPECT_EQ(dest().load_tables("pgtide"), std::vector<TableProgress>{a});
     dest_.reset();
@@ -619,6 +620,7 @@ TEST_F(SqliteDestinationTest, SourceOidsRoundTripAndOlderDestinationsGainTheColu
     SqliteDestination old(old_path);
     TableProgress recorded = a;
     recorded.source_oid = 0;
+    recorded.membership.clear();
     EXPECT_EQ(old.load_tables("pgtide"), std::vector<TableProgress>{recorded});
     old.set_table_progress("pgtide", a);
     EXPECT_EQ(old.load_tables("pgtide"), std::vector<TableProgress>{a});
