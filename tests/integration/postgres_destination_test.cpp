@@ -469,6 +469,32 @@ TEST_F(PostgresDestination, CheckStatusAndDropWork) {
     EXPECT_NE(drop_out.find("kept: postgresql://"), std::string::npos) << drop_out;
 }
 
+// A destination written before pgtide recorded source OIDs and publication memberships: its
+// _pgtide_tables gains both columns when opened, the tables stay ready (adopted, not copied
+// again), their memberships are recorded, and the stream goes on exactly.
+//
+// Broken on purpose once, then reverted: kCreateMetadata (replicate/postgres_destination.cpp)
+// without its ADD COLUMN IF NOT EXISTS of membership. The run exited 1: "reading the table
+// states of slot ...: column \"membership\" does not exist (SQLSTATE 42703)".
+TEST_F(PostgresDestination, OlderMetadataGainsItsColumnsAndTheTablesStayReady) {
+    PGTIDE_REQUIRE_PG();
+    exec(kCreateSource);
+    exec(insert_items(1, 300));
+    run_once_pg();
+    pg().exec(dest_db_,
+              "ALTER TABLE _pgtide_tables DROP COLUMN source_oid, DROP COLUMN membership");
+    exec("UPDATE items SET name = 'after the upgrade' WHERE id <= 10");
+    exec(insert_items(301, 320));
+    std::string out;
+    std::string err;
+    ASSERT_EQ(PgtideProcess::run(pg_args(true), &out, &err), 0) << out << err;
+    EXPECT_EQ(err.find("copying a table alone"), std::string::npos) << err;
+    expect_all_same();
+    EXPECT_EQ(pg().query_value(dest_db_, "SELECT count(*) FROM _pgtide_tables WHERE state = "
+                                         "'ready' AND source_oid = 0 AND membership <> ''"),
+              "3");
+}
+
 // Enum, domain and composite types (nested, in arrays, in another schema) are created in the
 // destination from their source definitions; values round-trip through them.
 TEST_F(PostgresDestination, CreatesTheUserTypesTheColumnsUse) {
