@@ -599,8 +599,7 @@ TEST_P(CopyRanges, TableTakenOutOfThePublicationAndPutBackWhileStoppedIsCopiedAg
     exec(kLeaveAndComeBack);
     exec("UPDATE a SET n = 0 WHERE id = 600");
     const std::string err = run_once();
-    EXPECT_NE(err.find("it left the publications and was added again"), std::string::npos)
-        << err;
+    EXPECT_NE(err.find("it left the publications and was added again"), std::string::npos) << err;
     expect_equal("a");
     EXPECT_EQ(state_of("a"), std::optional<std::string>("ready"));
     // The new membership is recorded: the next run copies nothing.
