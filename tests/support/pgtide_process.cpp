@@ -10,6 +10,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -99,16 +100,18 @@ bool PgtideProcess::reap(bool block) {
     }
     int status = 0;
     for (;;) {
-        const pid_t r = waitpid(pid_, &status, block ? 0 : WNOHANG);
+        struct rusage usage {};
+        const pid_t r = wait4(pid_, &status, block ? 0 : WNOHANG, &usage);
         if (r == pid_) {
             exit_code_ = exit_code_of(status);
+            peak_rss_kb_ = usage.ru_maxrss;
             return true;
         }
         if (r == 0) {
             return false;
         }
         if (errno != EINTR) {
-            throw std::runtime_error(std::string("waitpid: ") + std::strerror(errno));
+            throw std::runtime_error(std::string("wait4: ") + std::strerror(errno));
         }
     }
 }

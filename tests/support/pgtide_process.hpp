@@ -32,6 +32,8 @@ public:
     /// True until it has exited (reaps it when it has).
     bool running();
     int pid() const { return pid_; }
+    /// Its peak resident set in KiB (getrusage's ru_maxrss), once it has been reaped.
+    std::optional<long> peak_rss_kb() const { return peak_rss_kb_; }
 
     /// Everything it has written so far.
     std::string stdout_text() const;
@@ -47,6 +49,7 @@ private:
     std::string dir_;
     int pid_ = -1;
     std::optional<int> exit_code_;
+    std::optional<long> peak_rss_kb_;
 };
 
 } // namespace pgtide::testing
