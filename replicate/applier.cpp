@@ -171,8 +171,9 @@ io::Task<void> Applier::apply(ApplyWork work) {
                                     version, rows_per_table_.at(rows->table), t.source_oid,
                                     t.publication_membership});
         log_progress(now);
-        if (rows_in_transaction_ >= options_.batch_rows * 5) {
-            co_await commit(checkpoint_.lsn);
+        // Never inside a source transaction of the stream beside (a copy beside the stream).
+        if (rows_in_transaction_ >= options_.batch_rows * 5 && !source_open_) {
+            co_await commit(complete_lsn_);
         }
         co_return;
     }
@@ -181,10 +182,13 @@ io::Task<void> Applier::apply(ApplyWork work) {
         // A table copied alone is ready as soon as it is whole: the stream applies its changes
         // from its copy's version on (DESIGN §4 "Copy ranges"), and a kill now does not copy
         // it again.
-        note_progress(TableProgress{
-            t.qualified(), t.target, copy_version_ ? TableState::Ready : TableState::Copied,
-            checkpoint_.epoch, copy_version_.value_or(checkpoint_.consistent_lsn), done->rows,
-            t.source_oid, t.publication_membership});
+        // Copied beside the stream, it is ready once the catch-up has applied its changes since
+        // the copy (CatchUpDone).
+        note_progress(
+            TableProgress{t.qualified(), t.target,
+                          copy_version_ && !beside_stream_ ? TableState::Ready : TableState::Copied,
+                          checkpoint_.epoch, copy_version_.value_or(checkpoint_.consistent_lsn),
+                          done->rows, t.source_oid, t.publication_membership});
         stats_.tables_copied += 1;
         if (options_.metrics != nullptr) {
             options_.metrics->tables_copied += 1;
@@ -192,6 +196,41 @@ io::Task<void> Applier::apply(ApplyWork work) {
         }
         io::log_info("table copied",
                      {{"table", t.qualified()}, {"rows", std::to_string(done->rows)}});
+        co_return;
+    }
+    if (auto* batch = std::get_if<ChangeBatch>(&work); batch != nullptr && batch->catch_up) {
+        // Inside the destination transaction of the main stream, whose commits alone move the
+        // checkpoint: a catch-up cut short leaves its tables copying, copied again by the next
+        // session.
+        const auto n = std::int64_t(batch->changes.size());
+        if (n > 0) {
+            if (!in_transaction_) {
+                transaction_started_ = now;
+            }
+            in_transaction_ = true;
+            co_await destination_.apply_changes(std::move(batch->changes));
+        }
+        rows_in_transaction_ += n;
+        pending_changes_ += n;
+        co_return;
+    }
+    if (auto* done = std::get_if<CatchUpDone>(&work)) {
+        // The stream skips these tables' changes committed below the hand-off (the catch-up
+        // applied them), also after a restart from an older checkpoint.
+        for (std::size_t i = 0; i < tables_.size(); ++i) {
+            const auto& t = *tables_[i];
+            note_progress(TableProgress{t.qualified(), t.target, TableState::Ready,
+                                        checkpoint_.epoch, done->handoff, rows_per_table_.at(i),
+                                        t.source_oid, t.publication_membership});
+            io::log_info("table copied beside the stream is ready",
+                         {{"table", t.qualified()}, {"handoff", done->handoff.str()}});
+        }
+        if (!in_transaction_) {
+            transaction_started_ = now;
+        }
+        in_transaction_ = true;
+        copy_version_.reset();
+        beside_stream_ = false;
         co_return;
     }
     if (auto* batch = std::get_if<ChangeBatch>(&work)) {
@@ -340,9 +379,10 @@ io::Task<void> Applier::resume_snapshot(std::vector<TableProgress> copied) {
 }
 
 io::Task<void> Applier::start_table_copies(std::vector<std::shared_ptr<const schema::Table>> tables,
-                                           schema::Lsn version) {
+                                           schema::Lsn version, bool beside_stream) {
     set_tables(std::move(tables));
     copy_version_ = version;
+    beside_stream_ = beside_stream;
     std::vector<schema::Table> copies;
     for (const auto& t : tables_) {
         copies.push_back(*t);
@@ -423,6 +463,7 @@ io::Task<void> Applier::abort() {
     rows_in_transaction_ = 0;
     progress_.clear();
     copy_version_.reset();
+    beside_stream_ = false;
     complete_lsn_ = checkpoint_.lsn;
     pending_changes_ = 0;
     pending_transactions_ = 0;

@@ -88,9 +88,10 @@ public:
     /// publications, DESIGN §4 "Copy ranges"), read under a snapshot of their own whose
     /// consistent LSN `version` becomes the version of their rows: empties them, records them
     /// copying at `version`, commits. CopyRows and CopyComplete then refer to `tables` by index
-    /// until complete_table_copies(). Suspends.
+    /// until complete_table_copies(). `beside_stream`: the copy runs while the stream applies
+    /// (ConcurrentCopy): a table whole is copied, not ready, until CatchUpDone. Suspends.
     io::Task<void> start_table_copies(std::vector<std::shared_ptr<const schema::Table>> tables,
-                                      schema::Lsn version);
+                                      schema::Lsn version, bool beside_stream = false);
     /// The copies started by start_table_copies() are whole (each table became ready, at the
     /// copy's version, with its CopyComplete). Commits what is left (the checkpoint LSN does
     /// not move). Suspends.
@@ -128,6 +129,7 @@ private:
     /// Set between start_table_copies() and complete_table_copies(): the version of the rows
     /// copied then (else copied rows carry the epoch's consistent LSN).
     std::optional<schema::Lsn> copy_version_;
+    bool beside_stream_ = false; ///< the copy of copy_version_ runs while the stream applies
     std::map<std::string, TableProgress>
         progress_; ///< by source table: written with the next commit
 

@@ -52,6 +52,15 @@ struct ChangeBatch {
     std::vector<Change> changes;
     std::optional<SourceCommit> commit;
     std::int64_t transactions = 0; ///< source commits inside the batch
+    /// Changes of tables copied beside the stream, read by the catch-up stream from the copy's
+    /// own slot: applied, but no position of the main stream (commit, checkpoint).
+    bool catch_up = false;
+};
+
+/// The catch-up of the tables copied beside the stream has applied every of their transactions
+/// committed below `handoff`; the main stream applies the rest. The tables become ready.
+struct CatchUpDone {
+    schema::Lsn handoff;
 };
 
 /// Nothing is open and the server has sent everything before `position`.
@@ -71,7 +80,7 @@ struct SchemaChange {
     std::shared_ptr<const schema::Table> table;
 };
 
-using ApplyWork =
-    std::variant<CopyRows, CopyComplete, ChangeBatch, SourceIdle, Finish, Tick, SchemaChange>;
+using ApplyWork = std::variant<CopyRows, CopyComplete, ChangeBatch, SourceIdle, Finish, Tick,
+                               SchemaChange, CatchUpDone>;
 
 } // namespace pgtide::replicate

@@ -302,6 +302,26 @@ struct PublicationFollower {
     const bool* stop_requested = nullptr;
     std::string application_name;
     std::string owner;
+    /// Copies run beside the next stream session (ConcurrentCopy) instead of before it.
+    bool beside_stream = false;
+};
+
+// Tables whose copy runs beside the stream session: the connection that holds the copy's
+// temporary slot (its exported snapshot, then its catch-up stream) and what to copy.
+struct CopyBeside {
+    std::optional<ReplicationConnection> conn;
+    std::string slot;
+    schema::Lsn consistent_lsn;
+    std::string snapshot_name;
+    std::vector<SourceTable> tables;
+};
+
+// What follow_publications found: by source table, the version of every table copied alone in
+// this epoch (the stream skips their changes below it), and a copy left to run beside the
+// stream.
+struct Followed {
+    std::map<std::string, schema::Lsn> copied_at;
+    std::optional<CopyBeside> beside;
 };
 
 // Brings the destination's table list in line with the publications while the epoch streams
@@ -311,13 +331,15 @@ struct PublicationFollower {
 // skips that table's changes committed below Cr (the copy holds them) and applies the others.
 // The temporary slot goes with its connection, so a crash leaves nothing to clean; a table
 // whose copy did not finish is copied again by the next run. A table they lost is forgotten
-// (its state row goes, its destination table stays). Returns, by source table, the version of
-// every table copied alone in this epoch.
-io::Task<std::map<std::string, schema::Lsn>>
-follow_publications(PublicationFollower f, std::vector<SourceTable> source_tables) {
+// (its state row goes, its destination table stays). With f.beside_stream the copy is left to
+// run beside the next stream session (copy_beside_stream): the tables are emptied and copying,
+// and Followed::beside holds the copy's slot.
+io::Task<Followed> follow_publications(PublicationFollower f,
+                                       std::vector<SourceTable> source_tables) {
     const Checkpoint& checkpoint = f.applier->checkpoint();
     const std::vector<TableProgress> states = co_await f.dest->table_states(checkpoint.slot_name);
-    std::map<std::string, schema::Lsn> copied_at;
+    Followed followed;
+    std::map<std::string, schema::Lsn>& copied_at = followed.copied_at;
     std::vector<std::string> left;
     for (const TableProgress& p : states) {
         const bool published =
@@ -364,7 +386,7 @@ follow_publications(PublicationFollower f, std::vector<SourceTable> source_table
     }
     co_await f.applier->record_tables(std::move(moved));
     if (joined.empty()) {
-        co_return copied_at;
+        co_return followed;
     }
     const RunOptions& o = *f.options;
     // New to the destination: created as the source has them. The others exist; emptying them
@@ -418,7 +440,18 @@ follow_publications(PublicationFollower f, std::vector<SourceTable> source_table
     }
     std::vector<std::shared_ptr<const schema::Table>> copies =
         destination_tables(joined, !o.postgres_url.empty());
-    co_await f.applier->start_table_copies(std::move(copies), created.consistent_lsn);
+    co_await f.applier->start_table_copies(std::move(copies), created.consistent_lsn,
+                                           f.beside_stream);
+    if (f.beside_stream) {
+        CopyBeside beside;
+        beside.conn.emplace(std::move(copy_conn));
+        beside.slot = copy_slot;
+        beside.consistent_lsn = created.consistent_lsn;
+        beside.snapshot_name = created.snapshot_name;
+        beside.tables = std::move(joined);
+        followed.beside = std::move(beside);
+        co_return followed;
+    }
     SnapshotCopier copier(o.source_dsn, created.snapshot_name, joined,
                           snapshot_options(o, f.application_name, f.stop_requested));
     io::Channel<ApplyWork> channel(std::size_t(2 * std::max(1, o.parallel_tables)));
@@ -428,7 +461,97 @@ follow_publications(PublicationFollower f, std::vector<SourceTable> source_table
     for (const SourceTable& st : joined) {
         copied_at[st.table.qualified()] = created.consistent_lsn;
     }
-    co_return copied_at;
+    co_return followed;
+}
+
+// The catch-up's side of the channel to the applier: its batches go on marked as catch-up (no
+// position of the main stream), its schema changes as they are; positions, ticks and its
+// Finish stay here.
+io::Task<void> forward_catch_up(io::Channel<ApplyWork>* caught, io::Channel<ApplyWork>* out) {
+    for (;;) {
+        std::optional<ApplyWork> work = co_await caught->recv();
+        if (!work || std::holds_alternative<Finish>(*work)) {
+            break;
+        }
+        if (auto* batch = std::get_if<ChangeBatch>(&*work)) {
+            batch->commit.reset();
+            batch->transactions = 0;
+            batch->catch_up = true;
+        } else if (!std::holds_alternative<SchemaChange>(*work)) {
+            continue;
+        }
+        if (!co_await out->send(std::move(*work))) {
+            break; // the applier stopped
+        }
+    }
+    caught->close();
+}
+
+io::Task<void> produce_catch_up(Stream* stream, io::Channel<ApplyWork>* caught) {
+    std::exception_ptr error;
+    try {
+        co_await stream->run(*caught);
+    } catch (...) {
+        error = std::current_exception();
+    }
+    caught->close();
+    if (error) {
+        std::rethrow_exception(error);
+    }
+}
+
+// A copy beside the stream session (DESIGN §4 "Copy ranges"): every row under the copy's
+// exported snapshot, at its consistent LSN Cr, while the main stream applies every other
+// table and skips the copied ones; then the catch-up stream reads the copy's temporary slot
+// from Cr and applies the copied tables' changes until it passes every transaction the main
+// stream has begun, and hands them over (ConcurrentCopy); then CatchUpDone makes them ready.
+// No other table waits for any of it. A copy cut short (the session ends, a stop) leaves its
+// tables copying: the next session copies them again. A failure closes the applier's channel,
+// so that the session ends with it.
+io::Task<void> copy_beside_stream(CopyBeside* copy, ConcurrentCopy* state, const RunOptions* o,
+                                  std::string application_name, const bool* stop_requested,
+                                  std::vector<std::shared_ptr<const schema::Table>> followed,
+                                  bool binary, io::Channel<ApplyWork>* out) {
+    std::exception_ptr error;
+    try {
+        {
+            SnapshotCopier copier(o->source_dsn, copy->snapshot_name, copy->tables,
+                                  snapshot_options(*o, application_name, stop_requested));
+            co_await copier.run(*out);
+        }
+        if (!out->closed() && !*stop_requested) {
+            io::PgConnection catalog_conn = co_await io::PgConnection::connect(
+                o->source_dsn, sql_connection_params(application_name), kReconnectTimeout);
+            SourceCatalog catalog;
+            ReplicationConnection& replication = *copy->conn;
+            co_await replication.start(copy->slot, copy->consistent_lsn, o->publications, binary,
+                                       false);
+            io::log_info("catching up the tables copied beside the stream",
+                         {{"slot", copy->slot}, {"lsn", copy->consistent_lsn.str()}});
+            StreamOptions so;
+            so.concurrent = state;
+            so.catch_up = true;
+            so.tick = std::max(std::chrono::milliseconds(10), o->flush_interval / 2);
+            const schema::Lsn durable = copy->consistent_lsn;
+            Stream stream(replication, catalog_conn, catalog, std::move(followed),
+                          copy->consistent_lsn, &durable, stop_requested, so);
+            io::Channel<ApplyWork> caught(4);
+            co_await io::when_all(produce_catch_up(&stream, &caught),
+                                  forward_catch_up(&caught, out));
+            if (state->handoff && !out->closed()) {
+                ApplyWork work(CatchUpDone{*state->handoff});
+                co_await out->send(std::move(work));
+            }
+        }
+    } catch (const StopRequested&) {
+    } catch (...) {
+        error = std::current_exception();
+    }
+    copy->conn->connection().close(); // the temporary slot goes with it
+    if (error) {
+        out->close();
+        std::rethrow_exception(error);
+    }
 }
 
 } // namespace
@@ -766,6 +889,8 @@ io::Task<RunSummary> Coordinator::run_phases() {
     std::string joined_table;          ///< named by the stream's PublicationChanged
     std::string recopy_table;          ///< named by CopyRequested
     std::set<std::string> left_tables; ///< not published now, changes still in the stream
+    std::optional<CopyBeside> beside;  ///< a copy to run beside the next stream session
+    bool streamed = false;             ///< a stream session has started in this run
 
     // Streaming, with reconnects.
     if (target && !stop_requested_) {
@@ -835,8 +960,15 @@ io::Task<RunSummary> Coordinator::run_phases() {
                     }
                     binary = binary && all_binary(tables);
                 }
-                copied_at = co_await follow_publications(follower, source_tables);
-                applier.set_tables(tables);
+                // Once streaming, a table is copied beside the stream, which goes on; before
+                // the first session, and for --once, before the stream starts.
+                follower.beside_stream = !target && streamed;
+                Followed followed = co_await follow_publications(follower, source_tables);
+                copied_at = std::move(followed.copied_at);
+                beside = std::move(followed.beside);
+                if (!beside) {
+                    applier.set_tables(tables);
+                }
                 follow_tables = false;
                 joined_table.clear();
                 recopy_table.clear();
@@ -845,6 +977,7 @@ io::Task<RunSummary> Coordinator::run_phases() {
             co_await replication.start(slot, start, options_.publications, binary,
                                        spool.has_value());
             io::log_info("streaming", {{"slot", slot}, {"lsn", start.str()}});
+            streamed = true;
             metrics_.phase = Metrics::Phase::Streaming;
             backoff = std::chrono::milliseconds(100);
             unreachable_since.reset();
@@ -863,20 +996,43 @@ io::Task<RunSummary> Coordinator::run_phases() {
             stream_options.publication_poll_interval = options_.publication_poll_interval;
             const std::map<std::string, std::vector<schema::TableColumn>> recorded =
                 co_await dest->recorded_column_types();
+            ConcurrentCopy concurrent;
+            if (beside) {
+                for (const SourceTable& st : beside->tables) {
+                    concurrent.tables.insert(st.table.qualified());
+                }
+                stream_options.concurrent = &concurrent;
+            }
             Stream stream(replication, catalog_conn, catalog, as_followed(tables, recorded), start,
                           &applier.checkpoint().lsn, &stop_requested_, stream_options);
             applier.set_stream(&replication);
             io::Channel<ApplyWork> channel(8);
             io::CancelSource heartbeats;
-            co_await io::when_all(produce_stream(&stream, &channel, &heartbeats),
-                                  consume(&applier, &channel),
-                                  heartbeat(options_.source_dsn, application_name,
-                                            options_.heartbeat_interval, heartbeats.token()));
+            if (beside) {
+                co_await io::when_all(
+                    produce_stream(&stream, &channel, &heartbeats), consume(&applier, &channel),
+                    heartbeat(options_.source_dsn, application_name, options_.heartbeat_interval,
+                              heartbeats.token()),
+                    copy_beside_stream(&*beside, &concurrent, &options_, application_name,
+                                       &stop_requested_, as_followed(tables, recorded), binary,
+                                       &channel));
+            } else {
+                co_await io::when_all(produce_stream(&stream, &channel, &heartbeats),
+                                      consume(&applier, &channel),
+                                      heartbeat(options_.source_dsn, application_name,
+                                                options_.heartbeat_interval, heartbeats.token()));
+            }
             applier.set_stream(nullptr);
             co_await replication.stop();
             break;
         } catch (...) {
             error = std::current_exception();
+        }
+        if (beside) {
+            // Ready or not, the destination says (CatchUpDone commits with the main stream):
+            // the next session reads the table states again, and copies what is not ready.
+            beside.reset();
+            follow_tables = true;
         }
         applier.set_stream(nullptr);
         co_await applier.abort();

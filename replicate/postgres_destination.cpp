@@ -813,6 +813,9 @@ io::Task<void> PostgresDestination::merge(const std::vector<const Change*>& upse
     const std::string list = join_quoted(columns);
     std::string copy =
         "COPY " + staging.name + " (\"_pgtide_op\", " + list + ", " + kLsnColumn + ") FROM STDIN";
+    if (!copying_.empty()) {
+        co_await end_copy(); // rows of a table copied beside the stream
+    }
     try {
         co_await conn_.copy_in_start(std::move(copy));
     } catch (const io::PgError& e) {

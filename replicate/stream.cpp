@@ -114,6 +114,9 @@ io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
                 ApplyWork work(SourceIdle{k->wal_end});
                 co_await out.send(std::move(work));
             }
+            if (!in_transaction_) {
+                co_await maybe_hand_off(k->wal_end, out);
+            }
             if (!in_transaction_ && options_.stop_at && k->wal_end >= *options_.stop_at) {
                 reached_target_ = true;
                 done_ = true;
@@ -124,6 +127,11 @@ io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
             } else {
                 ApplyWork work(Tick{});
                 co_await out.send(std::move(work));
+            }
+            // A quiet source sends keepalives only every wal_sender_timeout / 2: the catch-up
+            // asks for one, whose position may be where it hands off.
+            if (options_.catch_up && !in_transaction_) {
+                co_await send_status(true);
             }
         } else {
             throw TransientError("the source ended the replication stream");
@@ -166,7 +174,9 @@ std::shared_ptr<const schema::Table> Stream::table_for(std::uint32_t relation_oi
     const auto it = by_oid_.find(relation_oid);
     if (it == by_oid_.end()) {
         if (const auto unknown = unpublished_.find(relation_oid); unknown != unpublished_.end()) {
-            if (options_.left.contains(unknown->second)) {
+            // The catch-up applies the copied tables only: whatever else joined is the main
+            // stream's to notice.
+            if (options_.left.contains(unknown->second) || options_.catch_up) {
                 return nullptr;
             }
             throw PublicationChanged(unknown->second);
@@ -379,11 +389,40 @@ bool Stream::in_copy(const schema::Table* table) const {
     if (table == nullptr) {
         return true; // a table that left the publications
     }
+    if (const ConcurrentCopy* c = options_.concurrent) {
+        const bool copied = c->tables.contains(table->qualified());
+        if (options_.catch_up) {
+            return !copied;
+        }
+        if (copied && (!c->handoff || version_ < *c->handoff)) {
+            return true;
+        }
+    }
     if (options_.copied_at.empty()) {
         return false;
     }
     const auto it = options_.copied_at.find(table->qualified());
     return it != options_.copied_at.end() && version_ < it->second;
+}
+
+void Stream::note_begun() {
+    if (options_.concurrent != nullptr && !options_.catch_up) {
+        options_.concurrent->main_begun = std::max(options_.concurrent->main_begun, version_);
+    }
+}
+
+io::Task<void> Stream::maybe_hand_off(schema::Lsn position, io::Channel<ApplyWork>& out) {
+    ConcurrentCopy* c = options_.concurrent;
+    if (!options_.catch_up || c == nullptr || done_ || !(c->main_begun < position)) {
+        co_return;
+    }
+    // What the catch-up holds goes first; sending may suspend while the main stream begins
+    // another transaction, so the test is made again after it, with nothing in between.
+    co_await flush_batch(out);
+    if (c->main_begun < position && !out.closed()) {
+        c->handoff = position;
+        done_ = true;
+    }
 }
 
 // Not a coroutine, on purpose: GCC 12 mis-destroys temporaries (the shared table pointers of
@@ -520,6 +559,7 @@ io::Task<void> Stream::on_stream_commit(pgoutput::StreamCommit commit,
     }
     received_ = std::max(received_, commit.end_lsn);
     version_ = commit.commit_lsn;
+    note_begun();
     // The spooled messages were sent inside stream blocks: each carries its xid.
     PgOutputDecoder replay(decoder_->proto_version());
     replay.enter_stream_block(commit.xid);
@@ -604,6 +644,7 @@ io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWor
         in_transaction_ = true;
         version_ = b->final_lsn;
         skipping_ = b->final_lsn < start_;
+        note_begun();
         co_return;
     }
     if (auto* c = std::get_if<pgoutput::Commit>(&msg)) {
@@ -625,6 +666,8 @@ io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWor
             reached_target_ = true;
             done_ = true;
         }
+        // Every transaction committed below the end of this one has been handed over.
+        co_await maybe_hand_off(c->end_lsn, out);
         co_return;
     }
     if (auto* r = std::get_if<pgoutput::Relation>(&msg)) {
@@ -646,6 +689,7 @@ io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWor
                 reached_target_ = true;
                 done_ = true;
             }
+            co_await maybe_hand_off(m->lsn, out);
         }
         co_return;
     }

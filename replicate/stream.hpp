@@ -39,6 +39,19 @@ namespace pgtide::replicate {
 struct Metrics;
 class Spool;
 
+/// Tables copied while the stream runs (DESIGN §4 "Copy ranges"), shared by the main stream and
+/// the catch-up stream that reads the copy's temporary slot from the copy's consistent LSN once
+/// every row is copied. Until the hand-off the main stream skips every change of `tables` and the
+/// catch-up applies them; the catch-up hands off at a position `handoff` past every transaction
+/// the main stream has begun (`main_begun`, the commit LSN of the last), having applied every
+/// transaction of `tables` committed below it; the main stream applies those committed at or
+/// after it. Both run on one loop, so the test and the hand-off happen with nothing in between.
+struct ConcurrentCopy {
+    std::set<std::string> tables; ///< by source name
+    schema::Lsn main_begun;
+    std::optional<schema::Lsn> handoff;
+};
+
 struct StreamOptions {
     std::int64_t batch_rows = 1000;
     std::chrono::milliseconds status_interval{10000};
@@ -64,6 +77,11 @@ struct StreamOptions {
     /// read: a table they gained ends the stream with PublicationChanged. Zero: never.
     std::vector<std::string> publications;
     std::chrono::milliseconds publication_poll_interval{0};
+    /// A copy running beside this stream, if any; `catch_up` says which side this stream is:
+    /// false, the main stream (skips the copied tables until the hand-off); true, the catch-up
+    /// (applies only them, skips relations it does not hold, ends at the hand-off).
+    ConcurrentCopy* concurrent = nullptr;
+    bool catch_up = false;
 };
 
 class Stream {
@@ -105,6 +123,11 @@ private:
     /// The table of a change; nullptr for a table in options.left (skip the change).
     std::shared_ptr<const schema::Table> table_for(std::uint32_t relation_oid) const;
     io::Task<void> flush_batch(io::Channel<ApplyWork>& out);
+    /// The main stream begins the transaction committed at version_.
+    void note_begun();
+    /// The catch-up stream has applied every transaction committed below `position`: hands off
+    /// and ends when the main stream has begun none at or after it.
+    io::Task<void> maybe_hand_off(schema::Lsn position, io::Channel<ApplyWork>& out);
     io::Task<void> send_status(bool reply);
     /// Throws PublicationChanged when the publications list a table the stream does not hold,
     /// CopyRequested for one they left and listed again since the last look.
