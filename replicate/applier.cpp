@@ -214,6 +214,10 @@ io::Task<void> Applier::apply(ApplyWork work) {
         pending_changes_ += n;
         co_return;
     }
+    if (auto* start = std::get_if<StartCopy>(&work)) {
+        co_await prepare_table_copies(std::move(start->tables), start->version, true);
+        co_return;
+    }
     if (auto* done = std::get_if<CatchUpDone>(&work)) {
         // The stream skips these tables' changes committed below the hand-off (the catch-up
         // applied them), also after a restart from an older checkpoint.
@@ -379,7 +383,14 @@ io::Task<void> Applier::resume_snapshot(std::vector<TableProgress> copied) {
 }
 
 io::Task<void> Applier::start_table_copies(std::vector<std::shared_ptr<const schema::Table>> tables,
-                                           schema::Lsn version, bool beside_stream) {
+                                           schema::Lsn version) {
+    co_await prepare_table_copies(std::move(tables), version, false);
+    co_await commit(checkpoint_.lsn);
+}
+
+io::Task<void>
+Applier::prepare_table_copies(std::vector<std::shared_ptr<const schema::Table>> tables,
+                              schema::Lsn version, bool beside_stream) {
     set_tables(std::move(tables));
     copy_version_ = version;
     beside_stream_ = beside_stream;
@@ -394,9 +405,11 @@ io::Task<void> Applier::start_table_copies(std::vector<std::shared_ptr<const sch
             m->snapshot_done.erase(t->qualified());
         }
     }
-    co_await destination_.empty_tables(std::move(copies));
+    if (!in_transaction_) {
+        transaction_started_ = std::chrono::steady_clock::now();
+    }
     in_transaction_ = true;
-    co_await commit(checkpoint_.lsn);
+    co_await destination_.empty_tables(std::move(copies));
 }
 
 io::Task<void> Applier::complete_table_copies() {

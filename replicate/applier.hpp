@@ -88,10 +88,11 @@ public:
     /// publications, DESIGN §4 "Copy ranges"), read under a snapshot of their own whose
     /// consistent LSN `version` becomes the version of their rows: empties them, records them
     /// copying at `version`, commits. CopyRows and CopyComplete then refer to `tables` by index
-    /// until complete_table_copies(). `beside_stream`: the copy runs while the stream applies
-    /// (ConcurrentCopy): a table whole is copied, not ready, until CatchUpDone. Suspends.
+    /// until complete_table_copies(). (A copy beside the stream starts with StartCopy instead,
+    /// inside the stream's destination transaction; its tables are copied, not ready, until
+    /// CatchUpDone.) Suspends.
     io::Task<void> start_table_copies(std::vector<std::shared_ptr<const schema::Table>> tables,
-                                      schema::Lsn version, bool beside_stream = false);
+                                      schema::Lsn version);
     /// The copies started by start_table_copies() are whole (each table became ready, at the
     /// copy's version, with its CopyComplete). Commits what is left (the checkpoint LSN does
     /// not move). Suspends.
@@ -113,6 +114,9 @@ public:
 
 private:
     io::Task<void> apply(ApplyWork work);
+    /// start_table_copies() without its commit.
+    io::Task<void> prepare_table_copies(std::vector<std::shared_ptr<const schema::Table>> tables,
+                                        schema::Lsn version, bool beside_stream);
     io::Task<void> commit(schema::Lsn lsn);
     Checkpoint next_checkpoint(schema::Lsn lsn) const;
     void note_progress(TableProgress progress);

@@ -57,6 +57,14 @@ struct ChangeBatch {
     bool catch_up = false;
 };
 
+/// A copy beside the stream starts: `tables` (CopyRows and CopyComplete refer to them by index
+/// from now on) are emptied and copying at `version`, the consistent LSN of the copy's snapshot,
+/// inside the destination transaction of the stream.
+struct StartCopy {
+    std::vector<std::shared_ptr<const schema::Table>> tables;
+    schema::Lsn version;
+};
+
 /// The catch-up of the tables copied beside the stream has applied every of their transactions
 /// committed below `handoff`; the main stream applies the rest. The tables become ready.
 struct CatchUpDone {
@@ -81,6 +89,6 @@ struct SchemaChange {
 };
 
 using ApplyWork = std::variant<CopyRows, CopyComplete, ChangeBatch, SourceIdle, Finish, Tick,
-                               SchemaChange, CatchUpDone>;
+                               SchemaChange, StartCopy, CatchUpDone>;
 
 } // namespace pgtide::replicate

@@ -306,13 +306,10 @@ struct PublicationFollower {
     bool beside_stream = false;
 };
 
-// Tables whose copy runs beside the stream session: the connection that holds the copy's
-// temporary slot (its exported snapshot, then its catch-up stream) and what to copy.
+// Tables whose copy runs beside the stream session: the name of the copy's temporary slot and
+// what to copy.
 struct CopyBeside {
-    std::optional<ReplicationConnection> conn;
     std::string slot;
-    schema::Lsn consistent_lsn;
-    std::string snapshot_name;
     std::vector<SourceTable> tables;
 };
 
@@ -323,6 +320,24 @@ struct Followed {
     std::map<std::string, schema::Lsn> copied_at;
     std::optional<CopyBeside> beside;
 };
+
+// The columns to copy, read again once the copy's snapshot exists (as for an epoch's): a column
+// added and written before the consistent point is in the snapshot, and the stream will not send
+// those values again.
+io::Task<void> read_columns_again(SourceCatalog* catalog, io::PgConnection* conn,
+                                  const RunOptions* o, std::vector<SourceTable>* tables) {
+    const std::vector<SourceTable> now =
+        co_await catalog->published_tables(*conn, o->publications, o->tables);
+    for (SourceTable& st : *tables) {
+        const std::string name = st.table.qualified();
+        const auto found = std::find_if(now.begin(), now.end(), [&name](const SourceTable& n) {
+            return n.table.qualified() == name;
+        });
+        if (found != now.end()) {
+            st = *found;
+        }
+    }
+}
 
 // Brings the destination's table list in line with the publications while the epoch streams
 // (DESIGN §4 "Copy ranges"). A table they gained is copied alone, under the exported snapshot
@@ -402,26 +417,7 @@ io::Task<Followed> follow_publications(PublicationFollower f,
     if (!fresh.empty()) {
         co_await create_destination_tables(f.dest, f.catalog, f.catalog_conn, std::move(fresh));
     }
-    ReplicationConnection copy_conn =
-        co_await ReplicationConnection::connect(o.source_dsn, f.application_name);
     const std::string copy_slot = o.slot.substr(0, 40) + "_copy_" + f.owner.substr(0, 8);
-    const CreatedSlot created = co_await copy_conn.create_slot(copy_slot, true);
-    // The columns to copy are read again now that the snapshot exists (as for an epoch's): a
-    // column added and written before the consistent point is in the snapshot, and the stream
-    // will not send those values again.
-    {
-        const std::vector<SourceTable> now =
-            co_await f.catalog->published_tables(*f.catalog_conn, o.publications, o.tables);
-        for (SourceTable& st : joined) {
-            const std::string name = st.table.qualified();
-            const auto found = std::find_if(now.begin(), now.end(), [&name](const SourceTable& n) {
-                return n.table.qualified() == name;
-            });
-            if (found != now.end()) {
-                st = *found;
-            }
-        }
-    }
     for (const SourceTable& st : joined) {
         const std::string name = st.table.qualified();
         const auto state =
@@ -433,25 +429,27 @@ io::Task<Followed> follow_publications(PublicationFollower f,
             : came_back(*state, st)            ? "it left the publications and was added again"
             : state->state == TableState::Init ? "a copy was requested or had not started"
                                                : "its copy did not finish";
-        io::log_info("copying a table alone", {{"table", name},
-                                               {"reason", reason},
-                                               {"slot", copy_slot},
-                                               {"lsn", created.consistent_lsn.str()}});
+        io::log_info("copying a table alone",
+                     {{"table", name},
+                      {"reason", reason},
+                      {"slot", copy_slot},
+                      {"beside_the_stream", f.beside_stream ? "yes" : "no"}});
     }
-    std::vector<std::shared_ptr<const schema::Table>> copies =
-        destination_tables(joined, !o.postgres_url.empty());
-    co_await f.applier->start_table_copies(std::move(copies), created.consistent_lsn,
-                                           f.beside_stream);
     if (f.beside_stream) {
         CopyBeside beside;
-        beside.conn.emplace(std::move(copy_conn));
         beside.slot = copy_slot;
-        beside.consistent_lsn = created.consistent_lsn;
-        beside.snapshot_name = created.snapshot_name;
         beside.tables = std::move(joined);
         followed.beside = std::move(beside);
         co_return followed;
     }
+    ReplicationConnection copy_conn =
+        co_await ReplicationConnection::connect(o.source_dsn, f.application_name);
+    const CreatedSlot created = co_await copy_conn.create_slot(copy_slot, true);
+    io::log_info("copy snapshot taken", {{"slot", copy_slot}, {"lsn", created.consistent_lsn.str()}});
+    co_await read_columns_again(f.catalog, f.catalog_conn, f.options, &joined);
+    std::vector<std::shared_ptr<const schema::Table>> copies =
+        destination_tables(joined, !o.postgres_url.empty());
+    co_await f.applier->start_table_copies(std::move(copies), created.consistent_lsn);
     SnapshotCopier copier(o.source_dsn, created.snapshot_name, joined,
                           snapshot_options(o, f.application_name, f.stop_requested));
     io::Channel<ApplyWork> channel(std::size_t(2 * std::max(1, o.parallel_tables)));
@@ -500,41 +498,54 @@ io::Task<void> produce_catch_up(Stream* stream, io::Channel<ApplyWork>* caught) 
     }
 }
 
-// A copy beside the stream session (DESIGN §4 "Copy ranges"): every row under the copy's
-// exported snapshot, at its consistent LSN Cr, while the main stream applies every other
-// table and skips the copied ones; then the catch-up stream reads the copy's temporary slot
-// from Cr and applies the copied tables' changes until it passes every transaction the main
-// stream has begun, and hands them over (ConcurrentCopy); then CatchUpDone makes them ready.
-// No other table waits for any of it. A copy cut short (the session ends, a stop) leaves its
-// tables copying: the next session copies them again. A failure closes the applier's channel,
-// so that the session ends with it.
-io::Task<void> copy_beside_stream(CopyBeside* copy, ConcurrentCopy* state, const RunOptions* o,
+// A copy beside the stream session (DESIGN §4 "Copy ranges"; docs/ARCHITECTURE.md "Copies
+// beside the stream"). Its own replication connection creates the copy's temporary slot (which
+// waits for the source's open transactions: the main stream does not), StartCopy empties the
+// tables and records them copying at the slot's consistent LSN Cr, and every row is copied under
+// the slot's snapshot at version Cr while the main stream applies every other table and skips
+// these. Then the catch-up stream reads the slot from Cr and applies these tables' changes until
+// it passes every transaction the main stream has begun, and hands them over (ConcurrentCopy);
+// CatchUpDone makes them ready. A copy cut short (the session ends, a stop) leaves its tables not
+// ready: the next session copies them again. A failure closes the applier's channel, so that the
+// session ends with it.
+io::Task<void> copy_beside_stream(CopyBeside copy, ConcurrentCopy* state, const RunOptions* o,
                                   std::string application_name, const bool* stop_requested,
                                   std::vector<std::shared_ptr<const schema::Table>> followed,
                                   bool binary, io::Channel<ApplyWork>* out) {
     std::exception_ptr error;
+    std::optional<ReplicationConnection> replication;
     try {
-        {
-            SnapshotCopier copier(o->source_dsn, copy->snapshot_name, copy->tables,
+        replication.emplace(co_await ReplicationConnection::connect(
+            o->source_dsn, application_name, kReconnectTimeout));
+        const CreatedSlot created = co_await replication->create_slot(copy.slot, true);
+        io::log_info("copy snapshot taken",
+                     {{"slot", copy.slot}, {"lsn", created.consistent_lsn.str()}});
+        io::PgConnection catalog_conn = co_await io::PgConnection::connect(
+            o->source_dsn, sql_connection_params(application_name), kReconnectTimeout);
+        SourceCatalog catalog;
+        co_await read_columns_again(&catalog, &catalog_conn, o, &copy.tables);
+        StartCopy start;
+        start.tables = destination_tables(copy.tables, !o->postgres_url.empty());
+        start.version = created.consistent_lsn;
+        ApplyWork start_work(std::move(start));
+        const bool started = co_await out->send(std::move(start_work));
+        if (started) {
+            SnapshotCopier copier(o->source_dsn, created.snapshot_name, copy.tables,
                                   snapshot_options(*o, application_name, stop_requested));
             co_await copier.run(*out);
         }
-        if (!out->closed() && !*stop_requested) {
-            io::PgConnection catalog_conn = co_await io::PgConnection::connect(
-                o->source_dsn, sql_connection_params(application_name), kReconnectTimeout);
-            SourceCatalog catalog;
-            ReplicationConnection& replication = *copy->conn;
-            co_await replication.start(copy->slot, copy->consistent_lsn, o->publications, binary,
-                                       false);
+        if (started && !out->closed() && !*stop_requested) {
+            co_await replication->start(copy.slot, created.consistent_lsn, o->publications,
+                                        binary, false);
             io::log_info("catching up the tables copied beside the stream",
-                         {{"slot", copy->slot}, {"lsn", copy->consistent_lsn.str()}});
+                         {{"slot", copy.slot}, {"lsn", created.consistent_lsn.str()}});
             StreamOptions so;
             so.concurrent = state;
             so.catch_up = true;
             so.tick = std::max(std::chrono::milliseconds(10), o->flush_interval / 2);
-            const schema::Lsn durable = copy->consistent_lsn;
-            Stream stream(replication, catalog_conn, catalog, std::move(followed),
-                          copy->consistent_lsn, &durable, stop_requested, so);
+            const schema::Lsn durable = created.consistent_lsn;
+            Stream stream(*replication, catalog_conn, catalog, std::move(followed),
+                          created.consistent_lsn, &durable, stop_requested, so);
             io::Channel<ApplyWork> caught(4);
             co_await io::when_all(produce_catch_up(&stream, &caught),
                                   forward_catch_up(&caught, out));
@@ -547,7 +558,9 @@ io::Task<void> copy_beside_stream(CopyBeside* copy, ConcurrentCopy* state, const
     } catch (...) {
         error = std::current_exception();
     }
-    copy->conn->connection().close(); // the temporary slot goes with it
+    if (replication) {
+        replication->connection().close(); // the temporary slot goes with it
+    }
     if (error) {
         out->close();
         std::rethrow_exception(error);
@@ -1013,7 +1026,7 @@ io::Task<RunSummary> Coordinator::run_phases() {
                     produce_stream(&stream, &channel, &heartbeats), consume(&applier, &channel),
                     heartbeat(options_.source_dsn, application_name, options_.heartbeat_interval,
                               heartbeats.token()),
-                    copy_beside_stream(&*beside, &concurrent, &options_, application_name,
+                    copy_beside_stream(*beside, &concurrent, &options_, application_name,
                                        &stop_requested_, as_followed(tables, recorded), binary,
                                        &channel));
             } else {

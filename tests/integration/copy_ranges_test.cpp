@@ -262,7 +262,8 @@ TEST_P(CopyRanges, TableAddedWhileRunningUnderWriteLoadEndsEqual) {
 // Acceptance 1 of issue 9: the other tables are not paused while a joined table is copied. c
 // (200,000 rows, pages of 500) is copied beside the stream while a load writes to a and c; a
 // row written to a after c's copy began reaches the destination while c is still not ready
-// (before, the stream waited for the whole copy), and both end equal. How long a's probes
+// (before, the stream waited for the whole copy), also while the copy's slot waits for a
+// transaction left open on the source, and both end equal. How long a's probes
 // took is printed, not asserted: these machines are shared.
 //
 // Broken on purpose, each once, then reverted:
@@ -296,7 +297,21 @@ TEST_P(CopyRanges, TableAddedWhileRunningIsCopiedBesideTheStream) {
         ASSERT_TRUE(ms) << pgtide.stderr_text();
         slowest_before = std::max(slowest_before, *ms);
     }
+    // A transaction left open on the source: the copy's temporary slot waits for it to end
+    // before it has a snapshot, the stream must not wait with it.
+    PgSession open_transaction(pg().dsn(db_));
+    open_transaction.exec("BEGIN");
+    open_transaction.exec("INSERT INTO b VALUES (-7, 'open', 0)");
     exec("ALTER PUBLICATION pub ADD TABLE c");
+    ASSERT_TRUE(wait_for([&] {
+        return pgtide.stderr_text().find("copying a table alone") != std::string::npos ||
+               !pgtide.running();
+    })) << pgtide.stderr_text();
+    for (int i = 0; i < 3; ++i) {
+        ASSERT_TRUE(probe()) << pgtide.stderr_text();
+    }
+    EXPECT_EQ(state_of("c"), std::nullopt) << "the copy did not wait for its snapshot";
+    open_transaction.exec("COMMIT");
     ASSERT_TRUE(wait_for([&] { return state_of("c").has_value() || !pgtide.running(); }))
         << pgtide.stderr_text();
     int probes_while_copying = 0;
