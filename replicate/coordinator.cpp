@@ -436,6 +436,15 @@ io::Task<Followed> follow_publications(PublicationFollower f,
                       {"beside_the_stream", f.beside_stream ? "yes" : "no"}});
     }
     if (f.beside_stream) {
+        // Recorded copying now, so that a request to copy them (state init) is not taken again
+        // while their copy starts; a process killed before StartCopy copies them again.
+        std::vector<TableProgress> copying;
+        for (const auto& t : destination_tables(joined, !o.postgres_url.empty())) {
+            copying.push_back(TableProgress{t->qualified(), t->target, TableState::Copying,
+                                            checkpoint.epoch, checkpoint.lsn, 0, t->source_oid,
+                                            t->publication_membership});
+        }
+        co_await f.applier->record_tables(std::move(copying));
         CopyBeside beside;
         beside.slot = copy_slot;
         beside.tables = std::move(joined);
@@ -445,7 +454,8 @@ io::Task<Followed> follow_publications(PublicationFollower f,
     ReplicationConnection copy_conn =
         co_await ReplicationConnection::connect(o.source_dsn, f.application_name);
     const CreatedSlot created = co_await copy_conn.create_slot(copy_slot, true);
-    io::log_info("copy snapshot taken", {{"slot", copy_slot}, {"lsn", created.consistent_lsn.str()}});
+    io::log_info("copy snapshot taken",
+                 {{"slot", copy_slot}, {"lsn", created.consistent_lsn.str()}});
     co_await read_columns_again(f.catalog, f.catalog_conn, f.options, &joined);
     std::vector<std::shared_ptr<const schema::Table>> copies =
         destination_tables(joined, !o.postgres_url.empty());
@@ -515,8 +525,8 @@ io::Task<void> copy_beside_stream(CopyBeside copy, ConcurrentCopy* state, const 
     std::exception_ptr error;
     std::optional<ReplicationConnection> replication;
     try {
-        replication.emplace(co_await ReplicationConnection::connect(
-            o->source_dsn, application_name, kReconnectTimeout));
+        replication.emplace(co_await ReplicationConnection::connect(o->source_dsn, application_name,
+                                                                    kReconnectTimeout));
         const CreatedSlot created = co_await replication->create_slot(copy.slot, true);
         io::log_info("copy snapshot taken",
                      {{"slot", copy.slot}, {"lsn", created.consistent_lsn.str()}});
@@ -535,8 +545,8 @@ io::Task<void> copy_beside_stream(CopyBeside copy, ConcurrentCopy* state, const 
             co_await copier.run(*out);
         }
         if (started && !out->closed() && !*stop_requested) {
-            co_await replication->start(copy.slot, created.consistent_lsn, o->publications,
-                                        binary, false);
+            co_await replication->start(copy.slot, created.consistent_lsn, o->publications, binary,
+                                        false);
             io::log_info("catching up the tables copied beside the stream",
                          {{"slot", copy.slot}, {"lsn", created.consistent_lsn.str()}});
             StreamOptions so;

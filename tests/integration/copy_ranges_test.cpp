@@ -4,6 +4,7 @@
 // below it. Found at start-up (joined while pgtide was stopped) and by the stream (joined while
 // it runs). Every scenario ends with the destination compared with the source row by row, and
 // with the main slot the only one left on the source.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -356,6 +357,77 @@ TEST_P(CopyRanges, TableAddedWhileRunningIsCopiedBesideTheStream) {
     run_once();
     expect_equal("a");
     expect_equal("c");
+}
+
+// A copy beside the stream killed with SIGKILL at each of its steps, under a write load on a and
+// c: while c's rows are copied, while they are caught up from the copy's slot, and just after c
+// became ready. Each restart
+// finds c not ready and copies it again, or ready with its hand-off, and skips what the catch-up
+// applied; a `pgtide resync` of the running process starts the next copy beside the stream.
+// Equal at the end, with only the main slot left.
+TEST_P(CopyRanges, CopyBesideTheStreamKilledAtEachStepEndsEqual) {
+    exec(kTables);
+    exec("CREATE TABLE c (id bigint PRIMARY KEY, v text, n int);"
+         "INSERT INTO c SELECT g, 'c' || g, g FROM generate_series(1, 200000) g");
+    WriteLoad writer(pg().dsn(db_), 13u, "c");
+    std::vector<std::string> resync = args(false);
+    resync[0] = "resync";
+    resync.push_back("public.c");
+    const std::vector<std::vector<std::string>> kill_in{
+        {"copying"}, {"copied", "ready"}, {"ready"}};
+    for (std::size_t step = 0; step < kill_in.size(); ++step) {
+        PgtideProcess pgtide(args(false));
+        ASSERT_TRUE(wait_for_streaming(pgtide)) << pgtide.stderr_text();
+        if (step == 0) {
+            exec("ALTER PUBLICATION pub ADD TABLE c");
+        } else {
+            ASSERT_TRUE(wait_for([&] {
+                return state_of("c") == std::optional<std::string>("ready") || !pgtide.running();
+            })) << pgtide.stderr_text();
+            // Step 1: as soon as the copy has its snapshot, c is locked (which holds the copy
+            // back) until the lock holder has changed every row of c: when the stream has begun
+            // that transaction by the end of the copy, the catch-up has 200,000 changes to apply,
+            // long enough to be killed in (else it hands off at once, and the kill falls just
+            // after c is ready).
+            const std::size_t logged = pgtide.stderr_text().size();
+            PgtideProcess requester(resync);
+            if (step == 1) {
+                ASSERT_TRUE(wait_for([&] {
+                    return pgtide.stderr_text().find("copy snapshot taken", logged) !=
+                               std::string::npos ||
+                           !pgtide.running();
+                })) << pgtide.stderr_text();
+                PgSession locker(pg().dsn(db_));
+                locker.exec("BEGIN");
+                locker.exec("LOCK TABLE c IN ACCESS EXCLUSIVE MODE");
+                locker.exec("UPDATE c SET n = n + 1");
+                locker.exec("COMMIT");
+            }
+            ASSERT_EQ(requester.wait(), 0) << requester.stderr_text() << pgtide.stderr_text();
+        }
+        const std::vector<std::string>& wanted = kill_in[step];
+        // The state to kill in; after a resync, "ready" counts once the copy has begun again.
+        bool begun = step == 0;
+        ASSERT_TRUE(wait_for([&] {
+            const std::optional<std::string> state = state_of("c");
+            begun = begun || (state && *state != "ready");
+            const bool rows = dest_value("SELECT count(*) > 0 FROM c") ==
+                              std::optional<std::string>(postgres() ? "t" : "1");
+            return (begun && rows && state &&
+                    std::find(wanted.begin(), wanted.end(), *state) != wanted.end()) ||
+                   !pgtide.running();
+        })) << pgtide.stderr_text();
+        ASSERT_TRUE(pgtide.running()) << pgtide.stderr_text();
+        std::cout << "[ beside ] killed with c " << state_of("c").value_or("-") << std::endl;
+        pgtide.kill(SIGKILL);
+        pgtide.wait();
+    }
+    writer.stop();
+    run_once();
+    expect_equal("a");
+    expect_equal("c");
+    EXPECT_EQ(state_of("c"), std::optional<std::string>("ready"));
+    EXPECT_TRUE(wait_for([&] { return slots() == slot(); })) << slots();
 }
 
 // A table that joins with no change to announce it is found by the poll of the publications
