@@ -311,7 +311,9 @@ TEST_P(CopyRanges, TableAddedWhileRunningIsCopiedBesideTheStream) {
     for (int i = 0; i < 3; ++i) {
         ASSERT_TRUE(probe()) << pgtide.stderr_text();
     }
-    EXPECT_EQ(state_of("c"), std::nullopt) << "the copy did not wait for its snapshot";
+    EXPECT_EQ(pgtide.stderr_text().find("copy snapshot taken"), std::string::npos)
+        << "the copy's slot did not wait for the open transaction:\n"
+        << pgtide.stderr_text();
     open_transaction.exec("COMMIT");
     ASSERT_TRUE(wait_for([&] { return state_of("c").has_value() || !pgtide.running(); }))
         << pgtide.stderr_text();
