@@ -198,22 +198,6 @@ io::Task<void> Applier::apply(ApplyWork work) {
                      {{"table", t.qualified()}, {"rows", std::to_string(done->rows)}});
         co_return;
     }
-    if (auto* batch = std::get_if<ChangeBatch>(&work); batch != nullptr && batch->catch_up) {
-        // Inside the destination transaction of the main stream, whose commits alone move the
-        // checkpoint: a catch-up cut short leaves its tables copying, copied again by the next
-        // session.
-        const auto n = std::int64_t(batch->changes.size());
-        if (n > 0) {
-            if (!in_transaction_) {
-                transaction_started_ = now;
-            }
-            in_transaction_ = true;
-            co_await destination_.apply_changes(std::move(batch->changes));
-        }
-        rows_in_transaction_ += n;
-        pending_changes_ += n;
-        co_return;
-    }
     if (auto* start = std::get_if<StartCopy>(&work)) {
         co_await prepare_table_copies(std::move(start->tables), start->version, true);
         co_return;
@@ -248,6 +232,12 @@ io::Task<void> Applier::apply(ApplyWork work) {
         }
         rows_in_transaction_ += n;
         pending_changes_ += n;
+        if (batch->catch_up) {
+            // Inside the destination transaction of the main stream, whose commits alone move
+            // the checkpoint: a catch-up cut short leaves its tables copying, copied again by
+            // the next session.
+            co_return;
+        }
         pending_transactions_ += batch->transactions;
         source_open_ = !batch->commit;
         if (batch->commit) {
