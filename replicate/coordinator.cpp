@@ -517,16 +517,27 @@ io::Task<void> produce_catch_up(Stream* stream, io::Channel<ApplyWork>* caught) 
 // it passes every transaction the main stream has begun, and hands them over (ConcurrentCopy);
 // CatchUpDone makes them ready. A copy cut short (the session ends, a stop) leaves its tables not
 // ready: the next session copies them again. A failure closes the applier's channel, so that the
-// session ends with it.
+// session ends with it. The end of the main stream (`session_over`) closes the copy's
+// replication connection: creating the slot can wait on the source for as long as a
+// transaction stays open there, and a stop must not.
 io::Task<void> copy_beside_stream(CopyBeside copy, ConcurrentCopy* state, const RunOptions* o,
                                   std::string application_name, const bool* stop_requested,
                                   std::vector<std::shared_ptr<const schema::Table>> followed,
-                                  bool binary, io::Channel<ApplyWork>* out) {
+                                  bool binary, io::Channel<ApplyWork>* out,
+                                  io::CancelToken session_over) {
     std::exception_ptr error;
     std::optional<ReplicationConnection> replication;
+    std::optional<ReplicationConnection>* replication_ptr = &replication;
+    std::function<void()> on_over = [replication_ptr]() {
+        if (*replication_ptr) {
+            (*replication_ptr)->connection().close();
+        }
+    };
+    io::CancelRegistration registration(session_over, std::move(on_over));
     try {
         replication.emplace(co_await ReplicationConnection::connect(o->source_dsn, application_name,
                                                                     kReconnectTimeout));
+        session_over.throw_if_cancelled(); // ended while connecting: close() found nothing
         const CreatedSlot created = co_await replication->create_slot(copy.slot, true);
         io::log_info("copy snapshot taken",
                      {{"slot", copy.slot}, {"lsn", created.consistent_lsn.str()}});
@@ -566,7 +577,9 @@ io::Task<void> copy_beside_stream(CopyBeside copy, ConcurrentCopy* state, const 
         }
     } catch (const StopRequested&) {
     } catch (...) {
-        error = std::current_exception();
+        if (!session_over.cancelled()) {
+            error = std::current_exception(); // else the session ended: nothing to report
+        }
     }
     if (replication) {
         replication->connection().close(); // the temporary slot goes with it
@@ -1036,9 +1049,10 @@ io::Task<RunSummary> Coordinator::run_phases() {
                     produce_stream(&stream, &channel, &heartbeats), consume(&applier, &channel),
                     heartbeat(options_.source_dsn, application_name, options_.heartbeat_interval,
                               heartbeats.token()),
+                    // The heartbeats' source is cancelled when the main stream ends.
                     copy_beside_stream(*beside, &concurrent, &options_, application_name,
                                        &stop_requested_, as_followed(tables, recorded), binary,
-                                       &channel));
+                                       &channel, heartbeats.token()));
             } else {
                 co_await io::when_all(produce_stream(&stream, &channel, &heartbeats),
                                       consume(&applier, &channel),

@@ -432,6 +432,43 @@ TEST_P(CopyRanges, CopyBesideTheStreamKilledAtEachStepEndsEqual) {
     EXPECT_TRUE(wait_for([&] { return slots() == slot(); })) << slots();
 }
 
+// SIGTERM while the slot of a copy beside the stream waits for a transaction left open on the
+// source: pgtide stops at once (the end of the stream closes the copy's connection) with exit
+// 0, the temporary slot goes once its backend is no longer held, and the next run copies the
+// table.
+//
+// Broken on purpose once, then reverted: copy_beside_stream without its CancelRegistration.
+// `ASSERT_TRUE(code)` saw pgtide still running after 30 s, held by the open transaction.
+TEST_P(CopyRanges, StopWhileTheCopysSlotWaitsForAnOpenTransaction) {
+    exec(kTables);
+    PgtideProcess pgtide(args(false));
+    ASSERT_TRUE(wait_for_streaming(pgtide)) << pgtide.stderr_text();
+    PgSession open_transaction(pg().dsn(db_));
+    open_transaction.exec("BEGIN");
+    open_transaction.exec("INSERT INTO a VALUES (-7, 'open', 0)");
+    exec("ALTER PUBLICATION pub ADD TABLE b");
+    ASSERT_TRUE(wait_for([&] {
+        return pgtide.stderr_text().find("copying a table alone") != std::string::npos ||
+               !pgtide.running();
+    })) << pgtide.stderr_text();
+    std::this_thread::sleep_for(300ms); // into CREATE_REPLICATION_SLOT
+    pgtide.kill(SIGTERM);
+    const std::optional<int> code = pgtide.wait_for(30s); // a guard, not a pace
+    ASSERT_TRUE(code) << pgtide.stderr_text();
+    EXPECT_EQ(*code, 0) << pgtide.stderr_text();
+    EXPECT_EQ(pgtide.stderr_text().find("copy snapshot taken"), std::string::npos)
+        << pgtide.stderr_text();
+    // The temporary slot goes with its backend, which notices the closed connection once the
+    // transaction it waits for ends.
+    open_transaction.exec("COMMIT");
+    EXPECT_TRUE(wait_for([&] { return slots() == slot(); })) << slots();
+    run_once();
+    expect_equal("a");
+    expect_equal("b");
+    EXPECT_EQ(state_of("b"), std::optional<std::string>("ready"));
+    EXPECT_TRUE(wait_for([&] { return slots() == slot(); })) << slots();
+}
+
 // A table that joins with no change to announce it is found by the poll of the publications
 // (stream.publication_poll_interval), copied, then followed.
 TEST_P(CopyRanges, TableAddedWhileRunningWithoutChangesIsFoundByThePoll) {
