@@ -472,42 +472,6 @@ io::Task<Followed> follow_publications(PublicationFollower f,
     co_return followed;
 }
 
-// The catch-up's side of the channel to the applier: its batches go on marked as catch-up (no
-// position of the main stream), its schema changes as they are; positions, ticks and its
-// Finish stay here.
-io::Task<void> forward_catch_up(io::Channel<ApplyWork>* caught, io::Channel<ApplyWork>* out) {
-    for (;;) {
-        std::optional<ApplyWork> work = co_await caught->recv();
-        if (!work || std::holds_alternative<Finish>(*work)) {
-            break;
-        }
-        if (auto* batch = std::get_if<ChangeBatch>(&*work)) {
-            batch->commit.reset();
-            batch->transactions = 0;
-            batch->catch_up = true;
-        } else if (!std::holds_alternative<SchemaChange>(*work)) {
-            continue;
-        }
-        if (!co_await out->send(std::move(*work))) {
-            break; // the applier stopped
-        }
-    }
-    caught->close();
-}
-
-io::Task<void> produce_catch_up(Stream* stream, io::Channel<ApplyWork>* caught) {
-    std::exception_ptr error;
-    try {
-        co_await stream->run(*caught);
-    } catch (...) {
-        error = std::current_exception();
-    }
-    caught->close();
-    if (error) {
-        std::rethrow_exception(error);
-    }
-}
-
 // A copy beside the stream session (DESIGN §4 "Copy ranges"; docs/ARCHITECTURE.md "Copies
 // beside the stream"). Its own replication connection creates the copy's temporary slot (which
 // waits for the source's open transactions: the main stream does not), StartCopy empties the
@@ -567,9 +531,7 @@ io::Task<void> copy_beside_stream(CopyBeside copy, ConcurrentCopy* state, const 
             const schema::Lsn durable = created.consistent_lsn;
             Stream stream(*replication, catalog_conn, catalog, std::move(followed),
                           created.consistent_lsn, &durable, stop_requested, so);
-            io::Channel<ApplyWork> caught(4);
-            co_await io::when_all(produce_catch_up(&stream, &caught),
-                                  forward_catch_up(&caught, out));
+            co_await stream.run(*out);
             if (state->handoff && !out->closed()) {
                 ApplyWork work(CatchUpDone{*state->handoff});
                 co_await out->send(std::move(work));

@@ -108,7 +108,7 @@ io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
             if (k->reply_requested) {
                 co_await send_status(false);
             }
-            if (!in_transaction_ && k->wal_end > last_idle_) {
+            if (!in_transaction_ && k->wal_end > last_idle_ && !options_.catch_up) {
                 last_idle_ = k->wal_end;
                 co_await flush_batch(out);
                 ApplyWork work(SourceIdle{k->wal_end});
@@ -124,7 +124,7 @@ io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
         } else if (std::holds_alternative<StreamTimeout>(got)) {
             if (pending) {
                 co_await flush_batch(out); // the source paused: hand the batch over now
-            } else {
+            } else if (!options_.catch_up) {
                 ApplyWork work(Tick{});
                 co_await out.send(std::move(work));
             }
@@ -149,8 +149,10 @@ io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
         }
     }
     co_await flush_batch(out);
-    ApplyWork work(Finish{});
-    co_await out.send(std::move(work));
+    if (!options_.catch_up) {
+        ApplyWork work(Finish{});
+        co_await out.send(std::move(work));
+    }
 }
 
 io::Task<void> Stream::poll_publications() {
@@ -378,6 +380,12 @@ io::Task<void> Stream::flush_batch(io::Channel<ApplyWork>& out) {
         co_return;
     }
     ChangeBatch b{std::move(batch_), batch_commit_, batch_transactions_};
+    if (options_.catch_up) {
+        // Positions are the main stream's: the catch-up's batches carry changes only.
+        b.commit.reset();
+        b.transactions = 0;
+        b.catch_up = true;
+    }
     batch_.clear();
     batch_commit_.reset();
     batch_transactions_ = 0;
@@ -679,7 +687,7 @@ io::Task<void> Stream::on_message(std::string_view payload, io::Channel<ApplyWor
         // A non-transactional message outside a transaction (pgtide's --once marker, its
         // heartbeat, anyone's) is a position before which everything has been sent.
         if (!m->transactional && !in_transaction_) {
-            if (m->lsn > last_idle_) {
+            if (m->lsn > last_idle_ && !options_.catch_up) {
                 last_idle_ = m->lsn;
                 co_await flush_batch(out);
                 ApplyWork work(SourceIdle{m->lsn});

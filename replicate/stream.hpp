@@ -79,7 +79,10 @@ struct StreamOptions {
     std::chrono::milliseconds publication_poll_interval{0};
     /// A copy running beside this stream, if any; `catch_up` says which side this stream is:
     /// false, the main stream (skips the copied tables until the hand-off); true, the catch-up
-    /// (applies only them, skips relations it does not hold, ends at the hand-off).
+    /// (applies only them, skips relations it does not hold, ends at the hand-off). The catch-up
+    /// sends into the applier's own channel, so that its last batch is queued there before the
+    /// hand-off lets the main stream queue the same tables' later changes; its batches carry no
+    /// position (ChangeBatch::catch_up), and it sends no SourceIdle, Tick or Finish.
     ConcurrentCopy* concurrent = nullptr;
     bool catch_up = false;
 };
