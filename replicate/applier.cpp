@@ -1,6 +1,8 @@
 // Applier: destination transactions, checkpoint CAS, feedback.
 #include "replicate/applier.hpp"
 
+#include <algorithm>
+
 #include "io/log.hpp"
 #include "replicate/errors.hpp"
 #include "replicate/metrics.hpp"
@@ -35,6 +37,12 @@ Applier::Applier(Destination& destination, Checkpoint durable, ApplierOptions op
 void Applier::set_tables(std::vector<std::shared_ptr<const schema::Table>> tables) {
     tables_ = std::move(tables);
     rows_per_table_.assign(tables_.size(), 0);
+    copy_plans_.assign(tables_.size(), std::nullopt);
+    copied_since_.assign(tables_.size(), std::nullopt);
+}
+
+schema::Lsn Applier::recorded_copy_lsn(std::size_t table) const {
+    return copied_since_.at(table).value_or(copy_version_.value_or(checkpoint_.consistent_lsn));
 }
 
 void Applier::log_progress(std::chrono::steady_clock::time_point now) {
@@ -150,6 +158,10 @@ io::Task<void> Applier::run(io::Channel<ApplyWork>& input) {
 
 io::Task<void> Applier::apply(ApplyWork work) {
     const auto now = std::chrono::steady_clock::now();
+    if (auto* planned = std::get_if<CopyPlanned>(&work)) {
+        copy_plans_.at(planned->table) = std::move(planned->plan);
+        co_return;
+    }
     if (auto* rows = std::get_if<CopyRows>(&work)) {
         std::shared_ptr<const schema::Table> table = tables_.at(rows->table);
         const schema::Lsn version = copy_version_.value_or(checkpoint_.consistent_lsn);
@@ -158,7 +170,19 @@ io::Task<void> Applier::apply(ApplyWork work) {
             transaction_started_ = now;
         }
         in_transaction_ = true;
-        co_await destination_.copy_rows(std::move(table), std::move(rows->rows), version);
+        if (n > 0) {
+            co_await destination_.copy_rows(std::move(table), std::move(rows->rows), version);
+        }
+        // Where the copy has got, committed with these rows: a later copy goes on from there.
+        std::string copy_key;
+        if (auto& plan = copy_plans_.at(rows->table); plan && rows->range < plan->ranges.size()) {
+            RangeProgress& range = plan->ranges[rows->range];
+            if (!rows->reached.empty()) {
+                range.after = std::move(rows->reached);
+            }
+            range.done = range.done || rows->range_done;
+            copy_key = encode_copy_key(*plan);
+        }
         rows_in_transaction_ += n;
         rows_per_table_.at(rows->table) += n;
         stats_.rows_copied += n;
@@ -168,8 +192,8 @@ io::Task<void> Applier::apply(ApplyWork work) {
             m->snapshot_rows[t.qualified()] = rows_per_table_.at(rows->table);
         }
         note_progress(TableProgress{t.qualified(), t.target, TableState::Copying, checkpoint_.epoch,
-                                    version, rows_per_table_.at(rows->table), t.source_oid,
-                                    t.publication_membership});
+                                    recorded_copy_lsn(rows->table), rows_per_table_.at(rows->table),
+                                    t.source_oid, t.publication_membership, std::move(copy_key)});
         log_progress(now);
         // Never inside a source transaction of the stream beside (a copy beside the stream).
         if (rows_in_transaction_ >= options_.batch_rows * 5 && !source_open_) {
@@ -187,15 +211,17 @@ io::Task<void> Applier::apply(ApplyWork work) {
         note_progress(
             TableProgress{t.qualified(), t.target,
                           copy_version_ && !beside_stream_ ? TableState::Ready : TableState::Copied,
-                          checkpoint_.epoch, copy_version_.value_or(checkpoint_.consistent_lsn),
-                          done->rows, t.source_oid, t.publication_membership});
+                          checkpoint_.epoch, recorded_copy_lsn(done->table),
+                          rows_per_table_.at(done->table), t.source_oid, t.publication_membership});
+        copy_plans_.at(done->table).reset();
         stats_.tables_copied += 1;
         if (options_.metrics != nullptr) {
             options_.metrics->tables_copied += 1;
             options_.metrics->snapshot_done.insert(t.qualified());
         }
-        io::log_info("table copied",
-                     {{"table", t.qualified()}, {"rows", std::to_string(done->rows)}});
+        io::log_info("table copied", {{"table", t.qualified()},
+                                      {"rows", std::to_string(rows_per_table_.at(done->table))},
+                                      {"rows_now", std::to_string(done->rows)}});
         co_return;
     }
     if (auto* start = std::get_if<StartCopy>(&work)) {
@@ -373,19 +399,34 @@ io::Task<void> Applier::resume_snapshot(std::vector<TableProgress> copied) {
 }
 
 io::Task<void> Applier::start_table_copies(std::vector<std::shared_ptr<const schema::Table>> tables,
-                                           schema::Lsn version) {
-    co_await prepare_table_copies(std::move(tables), version, false);
+                                           schema::Lsn version,
+                                           std::vector<TableProgress> resumed) {
+    co_await prepare_table_copies(std::move(tables), version, false, std::move(resumed));
     co_await commit(checkpoint_.lsn);
 }
 
 io::Task<void>
 Applier::prepare_table_copies(std::vector<std::shared_ptr<const schema::Table>> tables,
-                              schema::Lsn version, bool beside_stream) {
+                              schema::Lsn version, bool beside_stream,
+                              std::vector<TableProgress> resumed) {
     set_tables(std::move(tables));
     copy_version_ = version;
     beside_stream_ = beside_stream;
     std::vector<schema::Table> copies;
-    for (const auto& t : tables_) {
+    for (std::size_t i = 0; i < tables_.size(); ++i) {
+        const auto& t = tables_[i];
+        const auto going_on =
+            std::find_if(resumed.begin(), resumed.end(),
+                         [&t](const TableProgress& p) { return p.source_table == t->qualified(); });
+        if (going_on != resumed.end()) {
+            // Kept as the earlier copy left it; recorded with that copy's version, the older
+            // one, so that the stream applies every change since (DESIGN §5's versions keep
+            // the newer rows of this copy as they are).
+            rows_per_table_[i] = going_on->rows_copied;
+            copied_since_[i] = going_on->copy_lsn;
+            note_progress(*going_on);
+            continue;
+        }
         copies.push_back(*t);
         note_progress(TableProgress{t->qualified(), t->target, TableState::Copying,
                                     checkpoint_.epoch, version, 0, t->source_oid,

@@ -90,9 +90,11 @@ public:
     /// copying at `version`, commits. CopyRows and CopyComplete then refer to `tables` by index
     /// until complete_table_copies(). (A copy beside the stream starts with StartCopy instead,
     /// inside the stream's destination transaction; its tables are copied, not ready, until
-    /// CatchUpDone.) Suspends.
+    /// CatchUpDone.) A table among `resumed` (its state row, as an earlier copy left it) is
+    /// not emptied: its copy goes on from its copy_key (SnapshotCopier::resume), and it keeps
+    /// that copy's copy_lsn. Suspends.
     io::Task<void> start_table_copies(std::vector<std::shared_ptr<const schema::Table>> tables,
-                                      schema::Lsn version);
+                                      schema::Lsn version, std::vector<TableProgress> resumed = {});
     /// The copies started by start_table_copies() are whole (each table became ready, at the
     /// copy's version, with its CopyComplete). Commits what is left (the checkpoint LSN does
     /// not move). Suspends.
@@ -116,7 +118,10 @@ private:
     io::Task<void> apply(ApplyWork work);
     /// start_table_copies() without its commit.
     io::Task<void> prepare_table_copies(std::vector<std::shared_ptr<const schema::Table>> tables,
-                                        schema::Lsn version, bool beside_stream);
+                                        schema::Lsn version, bool beside_stream,
+                                        std::vector<TableProgress> resumed = {});
+    /// The copy_lsn to record for table `table`: that of the copy it goes on from, if any.
+    schema::Lsn recorded_copy_lsn(std::size_t table) const;
     io::Task<void> commit(schema::Lsn lsn);
     Checkpoint next_checkpoint(schema::Lsn lsn) const;
     void note_progress(TableProgress progress);
@@ -130,6 +135,10 @@ private:
     ReplicationConnection* stream_ = nullptr;
     std::vector<std::shared_ptr<const schema::Table>> tables_;
     std::vector<std::int64_t> rows_per_table_;
+    /// By table: its copy's ranges and how far each has got (CopyPlanned), while it copies.
+    std::vector<std::optional<CopyKey>> copy_plans_;
+    /// By table: the version of an earlier copy this one goes on from (kept rows are that old).
+    std::vector<std::optional<schema::Lsn>> copied_since_;
     /// Set between start_table_copies() and complete_table_copies(): the version of the rows
     /// copied then (else copied rows carry the epoch's consistent LSN).
     std::optional<schema::Lsn> copy_version_;

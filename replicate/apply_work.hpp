@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <variant>
 #include <vector>
 
+#include "replicate/checkpoint.hpp"
 #include "schema/lsn.hpp"
 #include "schema/table.hpp"
 #include "schema/value.hpp"
@@ -31,6 +33,17 @@ struct Change {
 struct CopyRows {
     std::size_t table = 0; ///< index into the coordinator's table list
     std::vector<schema::Row> rows;
+    std::size_t range = 0; ///< index into the table's CopyPlanned ranges
+    /// The key of the last row of `rows` (RangeProgress::after); empty when `rows` is.
+    std::vector<std::string> reached = {};
+    bool range_done = false; ///< the range's last batch (possibly without rows)
+};
+
+/// Sent before any row of a table: the key ranges its copy reads (and how far an earlier copy
+/// got in each), which the applier keeps up to date in the table's `copy_key`.
+struct CopyPlanned {
+    std::size_t table = 0;
+    CopyKey plan;
 };
 
 /// Every row of a table has been sent.
@@ -89,6 +102,6 @@ struct SchemaChange {
 };
 
 using ApplyWork = std::variant<CopyRows, CopyComplete, ChangeBatch, SourceIdle, Finish, Tick,
-                               SchemaChange, StartCopy, CatchUpDone>;
+                               SchemaChange, StartCopy, CatchUpDone, CopyPlanned>;
 
 } // namespace pgtide::replicate

@@ -60,8 +60,37 @@ struct TableProgress {
     /// a table whose membership today shares none of it left the publications meanwhile, and is
     /// copied again. Empty: not recorded (recorded when the table is next seen).
     std::string membership;
+    /// How far an unfinished copy has got (encode_copy_key); empty: unknown, or whole.
+    std::string copy_key = {};
     friend bool operator==(const TableProgress&, const TableProgress&) = default;
 };
+
+/// One key range of a table's copy: its half-open bounds on the first key column and the key of
+/// the last row copied into the destination, every value as the source prints it (its text
+/// output), so that a later copy under another snapshot can go on after it.
+struct RangeProgress {
+    std::optional<std::string> lower; ///< absent: open
+    std::optional<std::string> upper; ///< absent: open
+    std::vector<std::string> after;   ///< one value per key column; empty: no row copied yet
+    bool done = false;                ///< every row of the range is copied
+    friend bool operator==(const RangeProgress&, const RangeProgress&) = default;
+};
+
+/// `_pgtide_tables.copy_key`: how far a table's copy has got, range by range, and the shape of
+/// the table it was copied as (columns, types, key, row filter): a copy goes on from it only
+/// while the table still has that shape.
+struct CopyKey {
+    std::string shape;
+    std::vector<RangeProgress> ranges;
+    friend bool operator==(const CopyKey&, const CopyKey&) = default;
+};
+
+/// The stored text of a CopyKey: a version tag, then every string as its byte length, ':' and
+/// its bytes (an absent bound as '-'), so that no value needs escaping.
+std::string encode_copy_key(const CopyKey& key);
+/// The inverse of encode_copy_key; nullopt for an empty or malformed text (then the copy starts
+/// over, which is always right).
+std::optional<CopyKey> parse_copy_key(std::string_view text);
 
 /// The `_pgtide_tombstones.key` of a table-wide tombstone (a truncate). No encoded key equals it.
 inline constexpr std::string_view kTableTombstoneKey = "*";

@@ -459,15 +459,57 @@ io::Task<Followed> follow_publications(PublicationFollower f,
     co_await read_columns_again(f.catalog, f.catalog_conn, f.options, &joined);
     std::vector<std::shared_ptr<const schema::Table>> copies =
         destination_tables(joined, !o.postgres_url.empty());
-    co_await f.applier->start_table_copies(std::move(copies), created.consistent_lsn);
     SnapshotCopier copier(o.source_dsn, created.snapshot_name, joined,
                           snapshot_options(o, f.application_name, f.stop_requested));
+    // A copy cut short goes on from where it got (its copy_key) when the destination holds its
+    // rows as it left them: same epoch, same source table of the same shape, and a checkpoint
+    // not past that copy's version, so that the stream, which has applied none of the table's
+    // changes since, applies them all (copied_at below is that older version).
+    std::vector<TableProgress> resumed;
+    for (std::size_t i = 0; i < joined.size(); ++i) {
+        const SourceTable& st = joined[i];
+        const std::string name = st.table.qualified();
+        const auto state =
+            std::find_if(states.begin(), states.end(),
+                         [&name](const TableProgress& p) { return p.source_table == name; });
+        if (state == states.end() || state->state != TableState::Copying ||
+            state->copy_key.empty() || state->epoch != checkpoint.epoch ||
+            checkpoint.lsn > state->copy_lsn || recreated(*state, st) || came_back(*state, st)) {
+            continue;
+        }
+        std::optional<CopyKey> key = parse_copy_key(state->copy_key);
+        const bool fits =
+            key && key->shape == SnapshotCopier::copy_shape(st) && !key->ranges.empty() &&
+            std::all_of(key->ranges.begin(), key->ranges.end(), [&st](const RangeProgress& r) {
+                return r.after.empty() || r.after.size() == st.table.key_columns.size();
+            });
+        if (!fits) {
+            io::log_info("copying a table again from the start: its table changed since its copy "
+                         "was cut short",
+                         {{"table", name}});
+            continue;
+        }
+        const auto ranges_left = std::count_if(key->ranges.begin(), key->ranges.end(),
+                                               [](const RangeProgress& r) { return !r.done; });
+        io::log_info("resuming a table's copy where it was cut short",
+                     {{"table", name},
+                      {"rows_kept", std::to_string(state->rows_copied)},
+                      {"ranges", std::to_string(key->ranges.size())},
+                      {"ranges_left", std::to_string(ranges_left)},
+                      {"copied_since", state->copy_lsn.str()}});
+        copier.resume(i, std::move(*key));
+        resumed.push_back(*state);
+    }
+    co_await f.applier->start_table_copies(std::move(copies), created.consistent_lsn, resumed);
     io::Channel<ApplyWork> channel(std::size_t(2 * std::max(1, o.parallel_tables)));
     co_await io::when_all(produce_copy(&copier, &channel), consume(f.applier, &channel));
     co_await f.applier->complete_table_copies();
     copy_conn.connection().close(); // the temporary slot goes with it
     for (const SourceTable& st : joined) {
         copied_at[st.table.qualified()] = created.consistent_lsn;
+    }
+    for (const TableProgress& p : resumed) {
+        copied_at[p.source_table] = p.copy_lsn;
     }
     co_return followed;
 }

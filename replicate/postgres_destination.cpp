@@ -45,11 +45,14 @@ CREATE TABLE IF NOT EXISTS "public"."_pgtide_tables" (
     "updated_at" bigint NOT NULL,
     "source_oid" bigint NOT NULL DEFAULT 0,
     "membership" text NOT NULL DEFAULT '',
+    "copy_key" text NOT NULL DEFAULT '',
     PRIMARY KEY ("slot_name", "source_table")
 );
--- Written before pgtide recorded source OIDs (0) or publication memberships (''): unknown.
+-- Written before pgtide recorded source OIDs (0) or publication memberships (''): unknown;
+-- copy keys (''): a copy starts from the beginning.
 ALTER TABLE "public"."_pgtide_tables" ADD COLUMN IF NOT EXISTS "source_oid" bigint NOT NULL DEFAULT 0;
 ALTER TABLE "public"."_pgtide_tables" ADD COLUMN IF NOT EXISTS "membership" text NOT NULL DEFAULT '';
+ALTER TABLE "public"."_pgtide_tables" ADD COLUMN IF NOT EXISTS "copy_key" text NOT NULL DEFAULT '';
 CREATE TABLE IF NOT EXISTS "public"."_pgtide_tombstones" (
     "target_table" text NOT NULL,
     "key" text NOT NULL,
@@ -300,7 +303,7 @@ io::Task<std::vector<TableProgress>> PostgresDestination::table_states(std::stri
     const std::string what = "reading the table states of slot " + slot;
     io::PgResult r = co_await run_params(
         std::string("SELECT source_table, target_table, state, epoch, copy_lsn, rows_copied, "
-                    "source_oid, membership FROM ") +
+                    "source_oid, membership, copy_key FROM ") +
             kTablesTable + " WHERE slot_name = $1 ORDER BY source_table",
         params(slot), what);
     std::vector<TableProgress> out;
@@ -323,6 +326,7 @@ io::Task<std::vector<TableProgress>> PostgresDestination::table_states(std::stri
         p.rows_copied = std::stoll(std::string(r.get(i, 5)));
         p.source_oid = std::uint32_t(std::stoull(std::string(r.get(i, 6))));
         p.membership = std::string(r.get(i, 7));
+        p.copy_key = std::string(r.get(i, 8));
         out.push_back(std::move(p));
     }
     co_return out;
@@ -395,16 +399,17 @@ io::Task<bool> PostgresDestination::commit(std::vector<TableProgress> progress, 
         co_await run_params(
             std::string("INSERT INTO ") + kTablesTable +
                 " (slot_name, source_table, target_table, state, epoch, copy_lsn, rows_copied, "
-                "updated_at, source_oid, membership) "
-                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) "
+                "updated_at, source_oid, membership, copy_key) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) "
                 "ON CONFLICT (slot_name, source_table) DO UPDATE SET "
                 "target_table = excluded.target_table, state = excluded.state, "
                 "epoch = excluded.epoch, copy_lsn = excluded.copy_lsn, "
                 "rows_copied = excluded.rows_copied, updated_at = excluded.updated_at, "
-                "source_oid = excluded.source_oid, membership = excluded.membership",
+                "source_oid = excluded.source_oid, membership = excluded.membership, "
+                "copy_key = excluded.copy_key",
             params(next.slot_name, p.source_table, p.target_table, std::string(to_string(p.state)),
                    std::to_string(p.epoch), lsn_text(p.copy_lsn), std::to_string(p.rows_copied),
-                   now, std::to_string(p.source_oid), p.membership),
+                   now, std::to_string(p.source_oid), p.membership, p.copy_key),
             "recording the state of " + p.source_table);
     }
     io::PgResult swapped = co_await run_params(

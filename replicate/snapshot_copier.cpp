@@ -49,6 +49,32 @@ std::string first_key_sql(const schema::Table& t) {
     return "src." + schema::quote_identifier(t.columns[t.key_columns.at(0)].name);
 }
 
+// An integer's text ("-12"): safe to splice into SQL as it is.
+bool is_integer_text(std::string_view text) {
+    if (!text.empty() && text.front() == '-') {
+        text.remove_prefix(1);
+    }
+    return !text.empty() && text.size() <= 20 &&
+           std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// The literals of a key (one text output per key column), to continue a keyset after it:
+// integers as they are (their text is digits), every other value quoted and cast to its type.
+std::vector<std::string> key_literals(io::PgConnection& conn, const SourceTable& st,
+                                      const std::vector<std::string>& key) {
+    const schema::Table& t = st.table;
+    std::vector<std::string> out;
+    for (std::size_t n = 0; n < key.size() && n < t.key_columns.size(); ++n) {
+        const auto k = t.key_columns[n];
+        const bool literal = !t.source_text &&
+                             t.columns[k].storage == schema::StorageClass::Integer &&
+                             is_integer_text(key[n]);
+        out.push_back(literal ? key[n]
+                              : conn.escape_literal(key[n]) + "::" + st.columns[k].type_sql);
+    }
+    return out;
+}
+
 // A number as an SQL float literal ("%.17g": exact; may use an exponent, which SQL accepts).
 std::string float_sql(double v) {
     char buf[40];
@@ -62,6 +88,24 @@ SnapshotCopier::SnapshotCopier(std::string dsn, std::string snapshot_name,
                                const std::vector<SourceTable>& tables, SnapshotOptions options)
     : dsn_(std::move(dsn)), snapshot_name_(std::move(snapshot_name)), tables_(tables),
       options_(options) {}
+
+void SnapshotCopier::resume(std::size_t table, CopyKey key) {
+    resume_[table] = std::move(key);
+}
+
+std::string SnapshotCopier::copy_shape(const SourceTable& st) {
+    const schema::Table& t = st.table;
+    std::string shape = t.source_text ? "text" : "values";
+    for (std::size_t c = 0; c < t.columns.size(); ++c) {
+        shape += "\n" + t.columns[c].name + " " + st.columns.at(c).type_sql;
+    }
+    shape += "\nkey";
+    for (const auto k : t.key_columns) {
+        shape += " " + std::to_string(k);
+    }
+    shape += "\nfilter " + st.row_filter;
+    return shape;
+}
 
 std::string SnapshotCopier::page_query(const SourceTable& st, const std::vector<std::string>& after,
                                        std::int64_t limit, const KeyRange& range) {
@@ -141,6 +185,20 @@ io::Task<void> SnapshotCopier::run(io::Channel<ApplyWork>& out) {
     // other readers connect once it is known how many there is work for.
     io::PgConnection first = co_await open_reader();
     co_await plan(first);
+    // The plans first, in table order: the applier knows every range before any row of it.
+    for (std::size_t i = 0; i < tables_.size(); ++i) {
+        ApplyWork planned(CopyPlanned{i, plans_[i]});
+        if (!co_await out.send(std::move(planned))) {
+            co_return;
+        }
+        if (copies_[i].ranges_left == 0) {
+            // Every range was done before: only the CopyComplete was missing.
+            ApplyWork complete(CopyComplete{i, 0});
+            if (!co_await out.send(std::move(complete))) {
+                co_return;
+            }
+        }
+    }
     const int n = std::max(1, std::min<int>(options_.parallel_tables, int(work_.size())));
     std::vector<io::Task<void>> readers;
     readers.push_back(reader(this, &out, std::move(first)));
@@ -168,8 +226,39 @@ io::Task<void> SnapshotCopier::plan(io::PgConnection& conn) {
     if (may_split) {
         estimates = co_await estimate_rows(conn);
     }
+    plans_.assign(tables_.size(), CopyKey{});
     for (std::size_t i = 0; i < tables_.size(); ++i) {
         copies_[i].estimated_rows = may_split ? estimates[i] : tables_[i].estimated_rows;
+        plans_[i].shape = copy_shape(tables_[i]);
+        const std::string& first_type =
+            tables_[i].columns.at(tables_[i].table.key_columns.at(0)).type_sql;
+        if (const auto resumed = resume_.find(i); resumed != resume_.end()) {
+            // The earlier copy's ranges, each from where it got.
+            plans_[i].ranges = resumed->second.ranges;
+            const auto& ranges = plans_[i].ranges;
+            copies_[i].ranges = int(ranges.size());
+            copies_[i].ranges_left = 0;
+            for (std::size_t r = 0; r < ranges.size(); ++r) {
+                if (ranges[r].done) {
+                    continue;
+                }
+                copies_[i].ranges_left += 1;
+                Work w{i, KeyRange{}, int(r) + 1, {}};
+                if (ranges[r].lower) {
+                    w.range.lower = conn.escape_literal(*ranges[r].lower) + "::" + first_type;
+                }
+                if (ranges[r].upper) {
+                    w.range.upper = conn.escape_literal(*ranges[r].upper) + "::" + first_type;
+                }
+                w.after = key_literals(conn, tables_[i], ranges[r].after);
+                work_.push_back(std::move(w));
+            }
+            if (ranges.size() > 1) {
+                stats_.tables_split += 1;
+                stats_.ranges_planned += std::int64_t(ranges.size());
+            }
+            continue;
+        }
         const int want = range_count(estimates[i], options_.split_rows, options_.parallel_tables);
         std::vector<std::string> cuts;
         if (want > 1) {
@@ -177,7 +266,8 @@ io::Task<void> SnapshotCopier::plan(io::PgConnection& conn) {
             cuts = co_await cut_points(conn, i, want, estimates[i]);
         }
         if (cuts.empty()) {
-            work_.push_back(Work{i, KeyRange{}, 1});
+            work_.push_back(Work{i, KeyRange{}, 1, {}});
+            plans_[i].ranges.push_back(RangeProgress{});
             continue;
         }
         const int ranges = int(cuts.size()) + 1;
@@ -187,13 +277,17 @@ io::Task<void> SnapshotCopier::plan(io::PgConnection& conn) {
         stats_.ranges_planned += ranges;
         for (int r = 0; r < ranges; ++r) {
             KeyRange range;
+            RangeProgress progress;
             if (r > 0) {
-                range.lower = cuts[std::size_t(r - 1)];
+                progress.lower = cuts[std::size_t(r - 1)];
+                range.lower = conn.escape_literal(*progress.lower) + "::" + first_type;
             }
             if (r + 1 < ranges) {
-                range.upper = cuts[std::size_t(r)];
+                progress.upper = cuts[std::size_t(r)];
+                range.upper = conn.escape_literal(*progress.upper) + "::" + first_type;
             }
-            work_.push_back(Work{i, std::move(range), r + 1});
+            work_.push_back(Work{i, std::move(range), r + 1, {}});
+            plans_[i].ranges.push_back(std::move(progress));
         }
         io::log_info("splitting table into key ranges",
                      {{"table", tables_[i].table.qualified()},
@@ -235,7 +329,7 @@ io::Task<std::vector<std::int64_t>> SnapshotCopier::estimate_rows(io::PgConnecti
     co_return out;
 }
 
-// Up to ranges - 1 cut points of the first key column, as literals of its type, in the column's
+// Up to ranges - 1 cut points of the first key column, as its text output, in the column's
 // own order (percentile_disc returns them in the order of its fractions, sorted by the
 // column's operator class and collation); repeats are dropped. Empty when the sample is.
 io::Task<std::vector<std::string>> SnapshotCopier::cut_points(io::PgConnection& conn,
@@ -261,7 +355,6 @@ io::Task<std::vector<std::string>> SnapshotCopier::cut_points(io::PgConnection& 
                             fractions + "}'::float8[]) WITHIN GROUP (ORDER BY " + first_key_sql(t) +
                             ") FROM " + from + ")) WITH ORDINALITY AS u(cut, i) ORDER BY u.i";
     io::PgResult r = co_await conn.exec(sql);
-    const std::string& type_sql = st.columns.at(t.key_columns.at(0)).type_sql;
     std::vector<std::string> cuts;
     std::string previous;
     for (int row = 0; row < r.rows(); ++row) {
@@ -273,7 +366,7 @@ io::Task<std::vector<std::string>> SnapshotCopier::cut_points(io::PgConnection& 
             continue;
         }
         previous = text;
-        cuts.push_back(conn.escape_literal(text) + "::" + type_sql);
+        cuts.push_back(text);
     }
     co_return cuts;
 }
@@ -311,12 +404,13 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
     }
     copy.in_flight += 1;
     stats_.max_ranges_in_flight = std::max(stats_.max_ranges_in_flight, copy.in_flight);
-    std::vector<std::string> after;
+    std::vector<std::string> after = work.after;
     std::vector<std::string> last_key(t.key_columns.size());
     std::int64_t total = 0;
     // Reserved, so that a batch does not grow by reallocation (capped: batch_rows may be big).
     const auto reserve = std::size_t(std::min<std::int64_t>(options_.batch_rows, 4096));
-    CopyRows batch{index, {}};
+    const auto range_index = std::size_t(work.part - 1);
+    CopyRows batch{index, {}, range_index};
     batch.rows.reserve(reserve);
     std::uint64_t batch_bytes = 0;
     std::vector<std::optional<std::string_view>> fields;
@@ -394,12 +488,13 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
                 if (std::int64_t(batch.rows.size()) >= options_.batch_rows ||
                     batch_bytes >= options_.batch_bytes) {
                     total += std::int64_t(batch.rows.size());
+                    batch.reached = last_key;
                     ApplyWork full(std::move(batch)); // named: see tests/lint_layers.sh
                     const bool sent = co_await out.send(std::move(full));
                     if (!sent) {
                         co_return false;
                     }
-                    batch = CopyRows{index, {}};
+                    batch = CopyRows{index, {}, range_index};
                     batch.rows.reserve(reserve);
                     batch_bytes = 0;
                 }
@@ -408,18 +503,15 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
         if (in_page < options_.page_rows) {
             break;
         }
-        after.clear();
-        for (std::size_t n = 0; n < t.key_columns.size(); ++n) {
-            const auto k = t.key_columns[n];
-            const bool literal =
-                !t.source_text && t.columns[k].storage == schema::StorageClass::Integer;
-            after.push_back(literal
-                                ? last_key[n]
-                                : conn.escape_literal(last_key[n]) + "::" + st.columns[k].type_sql);
-        }
+        after = key_literals(conn, st, last_key);
     }
+    // The range's last batch, even without rows: it tells the applier the range is done.
+    total += std::int64_t(batch.rows.size());
     if (!batch.rows.empty()) {
-        total += std::int64_t(batch.rows.size());
+        batch.reached = last_key;
+    }
+    batch.range_done = true;
+    {
         ApplyWork rows(std::move(batch));
         const bool sent = co_await out.send(std::move(rows));
         if (!sent) {

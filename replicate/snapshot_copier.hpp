@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -81,10 +82,20 @@ public:
     SnapshotCopier(std::string dsn, std::string snapshot_name,
                    const std::vector<SourceTable>& tables, SnapshotOptions options);
 
-    /// Copies every table, sending CopyRows and exactly one CopyComplete per table (after all
-    /// of its rows) to `out`. Suspends; call once. Throws io::PgError (source), DefiniteError (a
-    /// row over max_row_bytes), StopRequested.
+    /// Table `table` (an index into the tables) goes on from where an earlier copy got
+    /// (`copy_key`): only the rows after each unfinished range's last copied key are read, and
+    /// the ranges that are done are not. The caller has checked that the table's shape is
+    /// `key.shape` (copy_shape) and that the destination holds what `key` says. Before run().
+    void resume(std::size_t table, CopyKey key);
+
+    /// Copies every table, sending one CopyPlanned per table first, then CopyRows and exactly
+    /// one CopyComplete per table (after all of its rows) to `out`. Suspends; call once. Throws
+    /// io::PgError (source), DefiniteError (a row over max_row_bytes), StopRequested.
     io::Task<void> run(io::Channel<ApplyWork>& out);
+
+    /// What a copy_key must have been recorded with for a copy of `table` to go on from it:
+    /// its columns and their types, its key, its row filter and how values are carried.
+    static std::string copy_shape(const SourceTable& table);
 
     /// Counters of the copy so far; valid during and after run().
     const SnapshotStats& stats() const noexcept { return stats_; }
@@ -105,7 +116,8 @@ private:
     struct Work {
         std::size_t table = 0;
         KeyRange range;
-        int part = 1;
+        int part = 1;                   ///< 1-based: the range's place in the table's plan
+        std::vector<std::string> after; ///< literals: go on after this key (a resumed range)
     };
     /// A table's progress across its ranges.
     struct TableCopy {
@@ -136,6 +148,8 @@ private:
     std::vector<Work> work_;
     std::size_t next_work_ = 0;
     std::vector<TableCopy> copies_;
+    std::vector<CopyKey> plans_;            ///< by table: its ranges, sent as CopyPlanned
+    std::map<std::size_t, CopyKey> resume_; ///< by table: where an earlier copy got
     SnapshotStats stats_;
 };
 

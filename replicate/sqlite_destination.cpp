@@ -52,6 +52,7 @@ CREATE TABLE IF NOT EXISTS "_pgtide_tables" (
     "updated_at" INTEGER NOT NULL,
     "source_oid" INTEGER NOT NULL DEFAULT 0,
     "membership" TEXT NOT NULL DEFAULT '',
+    "copy_key" TEXT NOT NULL DEFAULT '',
     PRIMARY KEY ("slot_name", "source_table")
 );
 CREATE TABLE IF NOT EXISTS "_pgtide_tombstones" (
@@ -319,7 +320,7 @@ SqliteDestination::SqliteDestination(std::string path) : path_(std::move(path)) 
     exec("PRAGMA cache_size=-16384", "setting cache_size");
     exec(kCreateMetadata, "creating the metadata tables");
     // A destination written before pgtide recorded source OIDs (0: unknown) or publication
-    // memberships ('': unknown) gains the columns.
+    // memberships ('': unknown) or copy keys ('': copy from the start) gains the columns.
     const auto add_column = [this](const char* column, const char* ddl) {
         const std::string what = "reading the columns of _pgtide_tables";
         Statement has = prepare(std::string("SELECT count(*) FROM pragma_table_info("
@@ -333,6 +334,7 @@ SqliteDestination::SqliteDestination(std::string path) : path_(std::move(path)) 
     };
     add_column("source_oid", R"("source_oid" INTEGER NOT NULL DEFAULT 0)");
     add_column("membership", R"("membership" TEXT NOT NULL DEFAULT '')");
+    add_column("copy_key", R"("copy_key" TEXT NOT NULL DEFAULT '')");
 
     begin_ = prepare("BEGIN IMMEDIATE", "preparing BEGIN");
     commit_ = prepare("COMMIT", "preparing COMMIT");
@@ -994,7 +996,7 @@ std::vector<TableProgress> SqliteDestination::load_tables(const std::string& slo
     sqlite3_stmt* stmt = metadata_statement(
         load_tables_,
         R"(SELECT "source_table", "target_table", "state", "epoch", "copy_lsn", "rows_copied",
-                  "source_oid", "membership"
+                  "source_oid", "membership", "copy_key"
            FROM "_pgtide_tables" WHERE "slot_name" = ?1 ORDER BY "source_table")");
     ResetGuard guard(stmt);
     bind_str(stmt, 1, slot);
@@ -1019,6 +1021,7 @@ std::vector<TableProgress> SqliteDestination::load_tables(const std::string& slo
         p.rows_copied = sqlite3_column_int64(stmt, 5);
         p.source_oid = std::uint32_t(sqlite3_column_int64(stmt, 6));
         p.membership = column_text(stmt, 7);
+        p.copy_key = column_text(stmt, 8);
         out.push_back(std::move(p));
     }
     return out;
@@ -1029,13 +1032,14 @@ void SqliteDestination::set_table_progress(const std::string& slot, const TableP
         set_table_progress_,
         R"(INSERT INTO "_pgtide_tables" ("slot_name", "source_table", "target_table", "state",
                                          "epoch", "copy_lsn", "rows_copied", "updated_at",
-                                         "source_oid", "membership")
-           VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                                         "source_oid", "membership", "copy_key")
+           VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
            ON CONFLICT ("slot_name", "source_table") DO UPDATE SET
                "target_table" = excluded."target_table", "state" = excluded."state",
                "epoch" = excluded."epoch", "copy_lsn" = excluded."copy_lsn",
                "rows_copied" = excluded."rows_copied", "updated_at" = excluded."updated_at",
-               "source_oid" = excluded."source_oid", "membership" = excluded."membership")");
+               "source_oid" = excluded."source_oid", "membership" = excluded."membership",
+               "copy_key" = excluded."copy_key")");
     ResetGuard guard(stmt);
     const std::string state = to_string(p.state);
     bind_str(stmt, 1, slot);
@@ -1048,6 +1052,7 @@ void SqliteDestination::set_table_progress(const std::string& slot, const TableP
     bind_int(stmt, 8, now_unix_ms());
     bind_int(stmt, 9, std::int64_t(p.source_oid));
     bind_str(stmt, 10, p.membership);
+    bind_str(stmt, 11, p.copy_key);
     step(stmt, "recording the state of", p.source_table);
 }
 

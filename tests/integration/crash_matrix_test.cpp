@@ -917,11 +917,14 @@ TEST_P(CrashMatrix, KilledAtRandomInstantsEndsEqualToTheSource) {
             } else if (kill.copied_share >= 0) {
                 const auto rows = std::int64_t(kill.copied_share * double(kSnapshotRows));
                 // A copy of c_big this run started (a new epoch's, or its copy alone once the
-                // epoch resumed) has a copy_lsn of its own.
+                // epoch resumed) has a copy_lsn of its own; one that goes on from where a killed
+                // one got keeps that copy_lsn, and has copied more rows.
                 ok = poll([&] {
                     const auto now = big_copy();
                     return !p.running() || !writer.error().empty() ||
-                           (now && (!big_before || now->copy_lsn != big_before->copy_lsn) &&
+                           (now &&
+                            (!big_before || now->copy_lsn != big_before->copy_lsn ||
+                             now->rows > big_before->rows || now->state != big_before->state) &&
                             (now->rows >= rows || now->state == "copied" || now->state == "ready"));
                 });
                 note = "after " + std::to_string(rows) + " rows of c_big";

@@ -571,7 +571,7 @@ TEST_F(SqliteDestinationTest, SecondWriterIsBusyAfterTheTimeout) {
 }
 
 TEST_F(SqliteDestinationTest, TableProgressUpsertAndLoad) {
-    TableProgress a{"public.a", "a", TableState::Copying, 1, lsn(100), 10, 0, ""};
+    TableProgress a{"public.a", "a", TableState::Copying, 1, lsn(100), 10, 0, "", "k1 0:1;o--0;"};
     TableProgress b{"s.b", "s__b", TableState::Init, 1, lsn(100), 0, 0, ""};
     dest().set_table_progress("pgtide", b);
     dest().set_table_progress("pgtide", a);
@@ -672,6 +672,28 @@ TEST_F(SqliteDestinationTest, ManyRowsInOneTransaction) {
     EXPECT_EQ(
         query("SELECT count(*), sum(v = 'u'), sum(_pgtide_lsn = 200) FROM items"),
         (Rows{{std::to_string(kRows), std::to_string(kRows / 2), std::to_string(kRows / 2)}}));
+}
+
+// The copy_key codec: every value comes back byte for byte, whatever it holds, and a text that
+// is not one (hand-edited, cut short, from a later version) is refused rather than misread.
+TEST(CopyKeyCodec, RoundTripsAndRefusesWhatItDidNotWrite) {
+    CopyKey key;
+    key.shape = "values\nid bigint\nkey 0\nfilter ";
+    key.ranges.push_back(RangeProgress{std::nullopt, std::string("1000"), {"999"}, true});
+    key.ranges.push_back(
+        RangeProgress{std::string("1000"), std::string("it's 2:3;-"), {"1500", "a;b:c-"}, false});
+    key.ranges.push_back(RangeProgress{std::string(""), std::nullopt, {}, false});
+    const std::string text = encode_copy_key(key);
+    EXPECT_EQ(parse_copy_key(text), std::optional<CopyKey>(key)) << text;
+    EXPECT_EQ(parse_copy_key(encode_copy_key(CopyKey{})), std::optional<CopyKey>(CopyKey{}));
+    EXPECT_EQ(parse_copy_key(""), std::nullopt);
+    EXPECT_EQ(parse_copy_key("k2 " + text.substr(3)), std::nullopt);
+    for (std::size_t cut = 0; cut < text.size(); ++cut) {
+        EXPECT_EQ(parse_copy_key(text.substr(0, cut)), std::nullopt) << cut;
+    }
+    EXPECT_EQ(parse_copy_key(text + "x"), std::nullopt);
+    EXPECT_EQ(parse_copy_key("k1 99999:x0;"), std::nullopt);
+    EXPECT_EQ(parse_copy_key("k1 0:99999999999999999999;"), std::nullopt);
 }
 
 } // namespace
