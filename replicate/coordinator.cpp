@@ -347,8 +347,9 @@ io::Task<void> read_columns_again(SourceCatalog* catalog, io::PgConnection* conn
 // The temporary slot goes with its connection, so a crash leaves nothing to clean; a table
 // whose copy did not finish is copied again by the next run. A table they lost is forgotten
 // (its state row goes, its destination table stays). With f.beside_stream the copy is left to
-// run beside the next stream session (copy_beside_stream): the tables are emptied and copying,
-// and Followed::beside holds the copy's slot.
+// run beside the next stream session (copy_beside_stream): the tables are recorded copying, and
+// Followed::beside holds them and the copy's slot; only a copy that may go on from where a
+// killed process cut it short (its copy_key) is still made here, before the stream.
 io::Task<Followed> follow_publications(PublicationFollower f,
                                        std::vector<SourceTable> source_tables) {
     const Checkpoint& checkpoint = f.applier->checkpoint();
@@ -418,7 +419,7 @@ io::Task<Followed> follow_publications(PublicationFollower f,
         co_await create_destination_tables(f.dest, f.catalog, f.catalog_conn, std::move(fresh));
     }
     const std::string copy_slot = o.slot.substr(0, 40) + "_copy_" + f.owner.substr(0, 8);
-    for (const SourceTable& st : joined) {
+    const auto log_copy_alone = [&](const SourceTable& st, bool beside_stream) {
         const std::string name = st.table.qualified();
         const auto state =
             std::find_if(states.begin(), states.end(),
@@ -429,17 +430,42 @@ io::Task<Followed> follow_publications(PublicationFollower f,
             : came_back(*state, st)            ? "it left the publications and was added again"
             : state->state == TableState::Init ? "a copy was requested or had not started"
                                                : "its copy did not finish";
-        io::log_info("copying a table alone",
-                     {{"table", name},
-                      {"reason", reason},
-                      {"slot", copy_slot},
-                      {"beside_the_stream", f.beside_stream ? "yes" : "no"}});
-    }
+        io::log_info("copying a table alone", {{"table", name},
+                                               {"reason", reason},
+                                               {"slot", copy_slot},
+                                               {"beside_the_stream", beside_stream ? "yes" : "no"}});
+    };
+    // A copy a killed process cut short, which may go on from its key (checked again below,
+    // once the copy's snapshot shows the table's shape): copied before the stream, because the
+    // stream must apply every change since that copy's version, which it cannot while it skips
+    // the table beside a copy.
+    const auto may_go_on = [&](const SourceTable& st) {
+        const std::string name = st.table.qualified();
+        const auto state =
+            std::find_if(states.begin(), states.end(),
+                         [&name](const TableProgress& p) { return p.source_table == name; });
+        return state != states.end() && state->state == TableState::Copying &&
+               !state->copy_key.empty() && state->epoch == checkpoint.epoch &&
+               checkpoint.lsn <= state->copy_lsn && !recreated(*state, st) &&
+               !came_back(*state, st);
+    };
+    std::vector<SourceTable> beside_tables;
     if (f.beside_stream) {
+        const auto split = std::stable_partition(joined.begin(), joined.end(), may_go_on);
+        beside_tables.assign(split, joined.end());
+        joined.erase(split, joined.end());
+    }
+    for (const SourceTable& st : joined) {
+        log_copy_alone(st, false);
+    }
+    for (const SourceTable& st : beside_tables) {
+        log_copy_alone(st, true);
+    }
+    if (!beside_tables.empty()) {
         // Recorded copying now, so that a request to copy them (state init) is not taken again
         // while their copy starts; a process killed before StartCopy copies them again.
         std::vector<TableProgress> copying;
-        for (const auto& t : destination_tables(joined, !o.postgres_url.empty())) {
+        for (const auto& t : destination_tables(beside_tables, !o.postgres_url.empty())) {
             copying.push_back(TableProgress{t->qualified(), t->target, TableState::Copying,
                                             checkpoint.epoch, checkpoint.lsn, 0, t->source_oid,
                                             t->publication_membership});
@@ -447,8 +473,10 @@ io::Task<Followed> follow_publications(PublicationFollower f,
         co_await f.applier->record_tables(std::move(copying));
         CopyBeside beside;
         beside.slot = copy_slot;
-        beside.tables = std::move(joined);
+        beside.tables = std::move(beside_tables);
         followed.beside = std::move(beside);
+    }
+    if (joined.empty()) {
         co_return followed;
     }
     ReplicationConnection copy_conn =
@@ -469,14 +497,12 @@ io::Task<Followed> follow_publications(PublicationFollower f,
     for (std::size_t i = 0; i < joined.size(); ++i) {
         const SourceTable& st = joined[i];
         const std::string name = st.table.qualified();
+        if (!may_go_on(st)) {
+            continue;
+        }
         const auto state =
             std::find_if(states.begin(), states.end(),
                          [&name](const TableProgress& p) { return p.source_table == name; });
-        if (state == states.end() || state->state != TableState::Copying ||
-            state->copy_key.empty() || state->epoch != checkpoint.epoch ||
-            checkpoint.lsn > state->copy_lsn || recreated(*state, st) || came_back(*state, st)) {
-            continue;
-        }
         std::optional<CopyKey> key = parse_copy_key(state->copy_key);
         const bool fits =
             key && key->shape == SnapshotCopier::copy_shape(st) && !key->ranges.empty() &&
@@ -930,7 +956,6 @@ io::Task<RunSummary> Coordinator::run_phases() {
     std::string recopy_table;          ///< named by CopyRequested
     std::set<std::string> left_tables; ///< not published now, changes still in the stream
     std::optional<CopyBeside> beside;  ///< a copy to run beside the next stream session
-    bool streamed = false;             ///< a stream session has started in this run
 
     // Streaming, with reconnects.
     if (target && !stop_requested_) {
@@ -1000,9 +1025,9 @@ io::Task<RunSummary> Coordinator::run_phases() {
                     }
                     binary = binary && all_binary(tables);
                 }
-                // Once streaming, a table is copied beside the stream, which goes on; before
-                // the first session, and for --once, before the stream starts.
-                follower.beside_stream = !target && streamed;
+                // A table is copied beside the stream, which goes on; for --once, before the
+                // stream starts.
+                follower.beside_stream = !target;
                 Followed followed = co_await follow_publications(follower, source_tables);
                 copied_at = std::move(followed.copied_at);
                 beside = std::move(followed.beside);
@@ -1017,7 +1042,6 @@ io::Task<RunSummary> Coordinator::run_phases() {
             co_await replication.start(slot, start, options_.publications, binary,
                                        spool.has_value());
             io::log_info("streaming", {{"slot", slot}, {"lsn", start.str()}});
-            streamed = true;
             metrics_.phase = Metrics::Phase::Streaming;
             backoff = std::chrono::milliseconds(100);
             unreachable_since.reset();

@@ -122,6 +122,19 @@ protected:
                pgtide.running();
     }
 
+    /// Inserts row `id` into a, then waits until the running pgtide's destination has it: how
+    /// many milliseconds that took; nullopt if pgtide exited first or the row did not come.
+    std::optional<double> probe_a(PgtideProcess& pgtide, int id) const {
+        const auto sent = std::chrono::steady_clock::now();
+        exec("INSERT INTO a VALUES (" + std::to_string(id) + ", 'probe', 0)");
+        if (!wait_for_dest(pgtide, "SELECT count(*) FROM a WHERE id = " + std::to_string(id),
+                           "1")) {
+            return std::nullopt;
+        }
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - sent)
+            .count();
+    }
+
     /// Until the running pgtide streams (its snapshot is done); false if it exited first.
     bool wait_for_streaming(PgtideProcess& pgtide) const {
         return wait_for_dest(pgtide, "SELECT phase FROM _pgtide_checkpoint", "streaming");
@@ -300,18 +313,8 @@ TEST_P(CopyRanges, TableAddedWhileRunningIsCopiedBesideTheStream) {
     PgtideProcess pgtide(args(false));
     ASSERT_TRUE(wait_for_streaming(pgtide)) << pgtide.stderr_text();
     WriteLoad writer(pg().dsn(db_), 11u, "c");
-    // A row inserted into a, until the destination has it: milliseconds.
     int next_probe = -1;
-    const auto probe = [&]() -> std::optional<double> {
-        const auto sent = std::chrono::steady_clock::now();
-        const std::string id = std::to_string(next_probe--);
-        exec("INSERT INTO a VALUES (" + id + ", 'probe', 0)");
-        if (!wait_for_dest(pgtide, "SELECT count(*) FROM a WHERE id = " + id, "1")) {
-            return std::nullopt;
-        }
-        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - sent)
-            .count();
-    };
+    const auto probe = [&]() { return probe_a(pgtide, next_probe--); };
     double slowest_before = 0;
     for (int i = 0; i < 5; ++i) {
         const std::optional<double> ms = probe();
@@ -379,6 +382,58 @@ TEST_P(CopyRanges, TableAddedWhileRunningIsCopiedBesideTheStream) {
     run_once();
     expect_equal("a");
     expect_equal("c");
+}
+
+// Issue 9: a table that joined while pgtide was stopped is copied beside the stream too, from
+// the first session on. c is locked (ACCESS EXCLUSIVE, held by a source session) from before
+// pgtide starts, which holds its copy back: rows written to a still reach the destination,
+// while c is copying. Then the lock goes, c is copied under a load on a and c, caught up, and
+// both end equal.
+//
+// Broken on purpose once, then reverted: follower.beside_stream = false (every copy before the
+// stream, as at start-up before): the start-up waited on the lock, and c was not even recorded
+// copying within 2 minutes.
+TEST_P(CopyRanges, TableAddedWhileStoppedIsCopiedBesideTheStreamAtStart) {
+    exec(kTables);
+    run_once();
+    exec(std::string("CREATE TABLE c (id bigint PRIMARY KEY, v text, n int);"
+                     "INSERT INTO c SELECT g, 'c' || g, g FROM generate_series(1, ") +
+         kBigTableRows + ") g");
+    exec("ALTER PUBLICATION pub ADD TABLE c");
+    exec("UPDATE c SET v = v || '+' WHERE id % 7 = 0; DELETE FROM a WHERE id % 9 = 0");
+    PgSession locker(pg().dsn(db_));
+    locker.exec("BEGIN");
+    locker.exec("LOCK TABLE c IN ACCESS EXCLUSIVE MODE");
+    PgtideProcess pgtide(args(false));
+    ASSERT_TRUE(wait_for([&] {
+        return state_of("c") == std::optional<std::string>("copying") || !pgtide.running();
+    })) << pgtide.stderr_text();
+    for (int i = 0; i < 3; ++i) {
+        ASSERT_TRUE(probe_a(pgtide, -1 - i)) << pgtide.stderr_text();
+        EXPECT_EQ(state_of("c"), std::optional<std::string>("copying"));
+    }
+    {
+        WriteLoad writer(pg().dsn(db_), 17u, "c");
+        locker.exec("COMMIT");
+        ASSERT_TRUE(wait_for([&] {
+            return state_of("c") == std::optional<std::string>("ready") || !pgtide.running();
+        })) << pgtide.stderr_text();
+        std::this_thread::sleep_for(300ms); // the load goes on after the copy
+        writer.stop();
+        EXPECT_GT(writer.transactions(), 10);
+    }
+    exec("INSERT INTO c VALUES (-1000, 'last', 0)");
+    ASSERT_TRUE(wait_for_dest(pgtide, "SELECT count(*) FROM c WHERE id = -1000", "1"))
+        << pgtide.stderr_text();
+    pgtide.kill(SIGTERM);
+    EXPECT_EQ(pgtide.wait(), 0) << pgtide.stderr_text();
+    const std::string log = pgtide.stderr_text();
+    EXPECT_NE(log.find("beside_the_stream=yes"), std::string::npos) << log;
+    EXPECT_NE(log.find("catching up the tables copied beside the stream"), std::string::npos)
+        << log;
+    expect_equal("a");
+    expect_equal("c");
+    EXPECT_TRUE(wait_for([&] { return slots() == slot(); })) << slots();
 }
 
 // A copy beside the stream killed with SIGKILL at each of its steps, under a write load on a and
