@@ -620,6 +620,95 @@ io::Task<void> copy_beside_stream(CopyBeside copy, ConcurrentCopy* state, const 
     }
 }
 
+// Takes a table that joined the publications while the main stream runs (Stream's
+// TableJoiner): creates its destination table inside the stream's destination transaction
+// (SchemaChange), adds it to the session's ConcurrentCopy, so that the main stream skips it,
+// and starts its copy beside the stream in the session's scope. One copy per session: a later
+// table, one the stream could not decode as it streams (binary values without a decoder), or
+// one that needs user-defined types created in a PostgreSQL destination is left to the
+// session's end and copied as before.
+class SessionJoiner : public TableJoiner {
+public:
+    SessionJoiner(const RunOptions* options, SourceCatalog* catalog,
+                  io::PgConnection* catalog_conn, ConcurrentCopy* concurrent,
+                  io::AsyncScope* scope, io::Channel<ApplyWork>* out, io::CancelToken session_over,
+                  std::string application_name, std::string copy_slot, const bool* stop_requested,
+                  std::vector<std::shared_ptr<const schema::Table>> followed, bool binary)
+        : options_(options), catalog_(catalog), catalog_conn_(catalog_conn),
+          concurrent_(concurrent), scope_(scope), out_(out), session_over_(session_over),
+          application_name_(std::move(application_name)), copy_slot_(std::move(copy_slot)),
+          stop_requested_(stop_requested), followed_(std::move(followed)), binary_(binary) {}
+
+    io::Task<std::shared_ptr<const schema::Table>> join(std::string name) override {
+        if (copied_ || !concurrent_->tables.empty() || not_published_.contains(name)) {
+            co_return nullptr;
+        }
+        const RunOptions& o = *options_;
+        std::vector<SourceTable> now =
+            co_await catalog_->published_tables(*catalog_conn_, o.publications, o.tables);
+        const auto found = std::find_if(now.begin(), now.end(), [&name](const SourceTable& st) {
+            return st.table.qualified() == name;
+        });
+        if (found == now.end()) {
+            // A leaf partition published through its root, say: not a table of its own.
+            not_published_.insert(name);
+            co_return nullptr;
+        }
+        std::vector<SourceTable> joined{*found};
+        const bool source_text = !o.postgres_url.empty();
+        if (source_text && !(co_await catalog_->user_types(*catalog_conn_, joined)).empty()) {
+            co_return nullptr;
+        }
+        std::vector<std::shared_ptr<const schema::Table>> tables =
+            destination_tables(joined, source_text);
+        if (binary_ && !all_binary(tables)) {
+            co_return nullptr;
+        }
+        std::shared_ptr<const schema::Table> table = tables.at(0);
+        io::log_info("a table joined the publications while streaming", {{"table", name}});
+        io::log_info("copying a table alone", {{"table", name},
+                                               {"reason", "it joined the publications"},
+                                               {"slot", copy_slot_},
+                                               {"beside_the_stream", "yes"},
+                                               {"stream", "goes on"}});
+        SchemaChange create{table}; // the destination table, inside the stream's transaction
+        ApplyWork create_work(std::move(create));
+        if (!co_await out_->send(std::move(create_work))) {
+            co_return nullptr;
+        }
+        copied_ = true;
+        concurrent_->tables.insert(name);
+        std::vector<std::shared_ptr<const schema::Table>> followed = followed_;
+        followed.push_back(table);
+        CopyBeside copy;
+        copy.slot = copy_slot_;
+        copy.tables = std::move(joined);
+        scope_->spawn(copy_beside_stream(std::move(copy), concurrent_, options_, application_name_,
+                                         stop_requested_, std::move(followed), binary_, out_,
+                                         session_over_));
+        co_return table;
+    }
+
+    /// A copy was started in this session: the next session reads the table states again.
+    bool copied() const { return copied_; }
+
+private:
+    const RunOptions* options_;
+    SourceCatalog* catalog_;
+    io::PgConnection* catalog_conn_;
+    ConcurrentCopy* concurrent_;
+    io::AsyncScope* scope_;
+    io::Channel<ApplyWork>* out_;
+    io::CancelToken session_over_;
+    std::string application_name_;
+    std::string copy_slot_;
+    const bool* stop_requested_;
+    std::vector<std::shared_ptr<const schema::Table>> followed_;
+    bool binary_;
+    bool copied_ = false;
+    std::set<std::string> not_published_;
+};
+
 } // namespace
 
 Coordinator::Coordinator(RunOptions options) : options_(std::move(options)) {}
@@ -985,6 +1074,7 @@ io::Task<RunSummary> Coordinator::run_phases() {
     bool connected = true;
     while (!stop_requested_) {
         std::exception_ptr error;
+        bool copied_in_session = false; ///< a table that joined was copied beside this session
         try {
             if (!connected) {
                 replication = co_await ReplicationConnection::connect(
@@ -1060,32 +1150,55 @@ io::Task<RunSummary> Coordinator::run_phases() {
             stream_options.publication_poll_interval = options_.publication_poll_interval;
             const std::map<std::string, std::vector<schema::TableColumn>> recorded =
                 co_await dest->recorded_column_types();
+            // The copies beside this session: the one follow_publications left, and one of a
+            // table that joins while it streams (SessionJoiner; not for --once, which copies
+            // before it streams).
             ConcurrentCopy concurrent;
             if (beside) {
                 for (const SourceTable& st : beside->tables) {
                     concurrent.tables.insert(st.table.qualified());
                 }
-                stream_options.concurrent = &concurrent;
+            }
+            stream_options.concurrent = &concurrent;
+            io::Channel<ApplyWork> channel(8);
+            // Cancelled when the main stream ends: the heartbeats stop, the copies end.
+            io::CancelSource heartbeats;
+            io::AsyncScope copies;
+            SessionJoiner joiner(&options_, &catalog, &catalog_conn, &concurrent, &copies,
+                                 &channel, heartbeats.token(), application_name,
+                                 options_.slot.substr(0, 40) + "_copy_" + owner.substr(0, 8),
+                                 &stop_requested_, as_followed(tables, recorded), binary);
+            if (!target) {
+                stream_options.joiner = &joiner;
             }
             Stream stream(replication, catalog_conn, catalog, as_followed(tables, recorded), start,
                           &applier.checkpoint().lsn, &stop_requested_, stream_options);
             applier.set_stream(&replication);
-            io::Channel<ApplyWork> channel(8);
-            io::CancelSource heartbeats;
             if (beside) {
-                co_await io::when_all(
-                    produce_stream(&stream, &channel, &heartbeats), consume(&applier, &channel),
-                    heartbeat(options_.source_dsn, application_name, options_.heartbeat_interval,
-                              heartbeats.token()),
-                    // The heartbeats' source is cancelled when the main stream ends.
-                    copy_beside_stream(*beside, &concurrent, &options_, application_name,
-                                       &stop_requested_, as_followed(tables, recorded), binary,
-                                       &channel, heartbeats.token()));
-            } else {
+                copies.spawn(copy_beside_stream(*beside, &concurrent, &options_, application_name,
+                                                &stop_requested_, as_followed(tables, recorded),
+                                                binary, &channel, heartbeats.token()));
+            }
+            std::exception_ptr session_error;
+            try {
                 co_await io::when_all(produce_stream(&stream, &channel, &heartbeats),
                                       consume(&applier, &channel),
                                       heartbeat(options_.source_dsn, application_name,
                                                 options_.heartbeat_interval, heartbeats.token()));
+            } catch (...) {
+                session_error = std::current_exception();
+            }
+            heartbeats.cancel();
+            try {
+                co_await copies.join();
+            } catch (...) {
+                if (!session_error) {
+                    session_error = std::current_exception();
+                }
+            }
+            copied_in_session = joiner.copied();
+            if (session_error) {
+                std::rethrow_exception(session_error);
             }
             applier.set_stream(nullptr);
             co_await replication.stop();
@@ -1093,7 +1206,7 @@ io::Task<RunSummary> Coordinator::run_phases() {
         } catch (...) {
             error = std::current_exception();
         }
-        if (beside) {
+        if (beside || copied_in_session) {
             // Ready or not, the destination says (CatchUpDone commits with the main stream):
             // the next session reads the table states again, and copies what is not ready.
             beside.reset();

@@ -159,7 +159,7 @@ io::Task<void> Stream::poll_publications() {
     const std::map<std::string, std::string> names =
         co_await SourceCatalog::published_names(catalog_conn_, options_.publications);
     for (const auto& [name, membership] : names) {
-        if (!by_name_.contains(name)) {
+        if (!by_name_.contains(name) && !co_await try_join(name)) {
             throw PublicationChanged(name);
         }
         // Taken out of the publications and put back since the last look: the stream sent none
@@ -170,6 +170,19 @@ io::Task<void> Stream::poll_publications() {
         }
         known = membership;
     }
+}
+
+io::Task<bool> Stream::try_join(std::string name) {
+    if (options_.joiner == nullptr || options_.catch_up || options_.left.contains(name)) {
+        co_return false;
+    }
+    std::shared_ptr<const schema::Table> joined = co_await options_.joiner->join(name);
+    if (!joined) {
+        co_return false;
+    }
+    memberships_[name] = joined->publication_membership;
+    by_name_[name] = std::move(joined);
+    co_return true;
 }
 
 std::shared_ptr<const schema::Table> Stream::table_for(std::uint32_t relation_oid) const {
@@ -190,8 +203,14 @@ std::shared_ptr<const schema::Table> Stream::table_for(std::uint32_t relation_oi
 }
 
 io::Task<void> Stream::on_relation(pgoutput::Relation rel) {
-    // Only the catalog look-ups suspend; building the table is a plain function (GCC 12
-    // miscounted a shared_ptr local of this coroutine, which ASan caught as a use after free).
+    // Only the catalog look-ups (and the joiner) suspend; building the table is a plain
+    // function (GCC 12 miscounted a shared_ptr local of this coroutine, which ASan caught as a
+    // use after free).
+    if (std::string name = source_name(rel.schema, rel.name); !by_name_.contains(name)) {
+        // A table that joined the publications: taken beside the stream, it is described now
+        // (its changes are skipped until its catch-up hands it over).
+        co_await try_join(std::move(name));
+    }
     std::vector<schema::TypeRef> types;
     types.reserve(rel.columns.size());
     for (const auto& rc : rel.columns) {

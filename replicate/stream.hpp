@@ -52,6 +52,19 @@ struct ConcurrentCopy {
     std::optional<schema::Lsn> handoff;
 };
 
+/// Takes a table that joined the publications while the main stream runs, without ending the
+/// stream (DESIGN §4 "Copy ranges"; the coordinator implements it).
+class TableJoiner {
+public:
+    virtual ~TableJoiner() = default;
+    /// `name` (schema.table), which the stream does not hold, was described by the stream or
+    /// listed by the publications. Returns its table, created in the destination and being
+    /// copied beside the stream (its name is in the stream's ConcurrentCopy), or nullptr when it
+    /// is not published or cannot be copied so now: the stream then goes on as it would without
+    /// a joiner. Suspends.
+    virtual io::Task<std::shared_ptr<const schema::Table>> join(std::string name) = 0;
+};
+
 struct StreamOptions {
     std::int64_t batch_rows = 1000;
     std::chrono::milliseconds status_interval{10000};
@@ -85,6 +98,8 @@ struct StreamOptions {
     /// position (ChangeBatch::catch_up), and it sends no SourceIdle, Tick or Finish.
     ConcurrentCopy* concurrent = nullptr;
     bool catch_up = false;
+    /// The main stream: asked first about a table it meets that it does not hold.
+    TableJoiner* joiner = nullptr;
 };
 
 class Stream {
@@ -132,9 +147,12 @@ private:
     /// and ends when the main stream has begun none at or after it.
     io::Task<void> maybe_hand_off(schema::Lsn position, io::Channel<ApplyWork>& out);
     io::Task<void> send_status(bool reply);
-    /// Throws PublicationChanged when the publications list a table the stream does not hold,
-    /// CopyRequested for one they left and listed again since the last look.
+    /// Throws PublicationChanged when the publications list a table the stream does not hold
+    /// (and the joiner does not take), CopyRequested for one they left and listed again since
+    /// the last look.
     io::Task<void> poll_publications();
+    /// Whether the joiner took table `name`, which the stream then holds.
+    io::Task<bool> try_join(std::string name);
 
     ReplicationConnection& replication_;
     io::PgConnection& catalog_conn_;

@@ -153,9 +153,21 @@ DestinationView read_destination(const std::string& path, const std::string& slo
     }
     if (table_exists(r, "_pgtide_tables")) {
         const std::string what = "reading the table states of slot " + slot;
+        // copy_key: '' in a destination written before pgtide recorded it (not migrated here:
+        // status only reads).
+        bool has_copy_key = false;
+        {
+            Statement c = r.prepare("SELECT count(*) FROM pragma_table_info('_pgtide_tables') "
+                                    "WHERE name = 'copy_key'",
+                                    what);
+            has_copy_key =
+                r.step(c.get(), what) == SQLITE_ROW && sqlite3_column_int64(c.get(), 0) > 0;
+        }
         Statement s = r.prepare(
-            R"(SELECT "source_table", "target_table", "state", "epoch", "copy_lsn", "rows_copied"
-               FROM "_pgtide_tables" WHERE "slot_name" = ?1 ORDER BY "source_table")",
+            std::string(R"(SELECT "source_table", "target_table", "state", "epoch", "copy_lsn",
+                                  "rows_copied", )") +
+                (has_copy_key ? R"("copy_key")" : "''") +
+                R"( FROM "_pgtide_tables" WHERE "slot_name" = ?1 ORDER BY "source_table")",
             what);
         sqlite3_bind_text(s.get(), 1, slot.c_str(), int(slot.size()), SQLITE_TRANSIENT);
         while (r.step(s.get(), what) == SQLITE_ROW) {
@@ -172,6 +184,7 @@ DestinationView read_destination(const std::string& path, const std::string& slo
             t.progress.epoch = sqlite3_column_int64(s.get(), 3);
             t.progress.copy_lsn = column_lsn(s.get(), 4);
             t.progress.rows_copied = sqlite3_column_int64(s.get(), 5);
+            t.progress.copy_key = column_text(s.get(), 6);
             view.tables.push_back(std::move(t));
         }
     }
@@ -219,7 +232,10 @@ io::Task<DestinationView> read_postgres_destination(std::string url, std::string
     co_await conn->exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
     io::PgResult meta =
         co_await conn->exec("SELECT to_regclass('public._pgtide_checkpoint') IS NOT NULL, "
-                            "to_regclass('public._pgtide_tables') IS NOT NULL");
+                            "to_regclass('public._pgtide_tables') IS NOT NULL, "
+                            "EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = "
+                            "to_regclass('public._pgtide_tables') AND attname = 'copy_key' AND "
+                            "NOT attisdropped)");
     view.has_metadata = meta.get(0, 0) == "t";
     if (!view.has_metadata) {
         co_return view;
@@ -257,8 +273,9 @@ io::Task<DestinationView> read_postgres_destination(std::string url, std::string
     }
     if (meta.get(0, 1) == "t") {
         io::PgResult tables = co_await conn->exec_params(
-            "SELECT source_table, target_table, state, epoch, copy_lsn, rows_copied "
-            "FROM public._pgtide_tables WHERE slot_name = $1 ORDER BY source_table",
+            std::string("SELECT source_table, target_table, state, epoch, copy_lsn, rows_copied, ") +
+                (meta.get(0, 2) == "t" ? "copy_key" : "''") +
+                " FROM public._pgtide_tables WHERE slot_name = $1 ORDER BY source_table",
             slot_param);
         for (int r = 0; r < tables.rows(); ++r) {
             DestinationTable t;
@@ -275,6 +292,7 @@ io::Task<DestinationView> read_postgres_destination(std::string url, std::string
             t.progress.copy_lsn =
                 schema::Lsn(std::uint64_t(std::stoll(std::string(tables.get(r, 4)))));
             t.progress.rows_copied = std::stoll(std::string(tables.get(r, 5)));
+            t.progress.copy_key = std::string(tables.get(r, 6));
             view.tables.push_back(std::move(t));
         }
     }

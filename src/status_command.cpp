@@ -7,6 +7,7 @@
 
 #include "io/pg_connection.hpp"
 #include "io/worker_thread.hpp"
+#include "replicate/checkpoint.hpp"
 #include "replicate/errors.hpp"
 #include "replicate/session.hpp"
 
@@ -27,6 +28,19 @@ std::string json_opt_lsn(const std::optional<schema::Lsn>& v) {
 
 std::string json_opt_str(const std::optional<std::string>& v) {
     return v ? json_quote(*v) : "null";
+}
+
+// How far an unfinished copy has got, from its copy_key: {key ranges done, key ranges}.
+std::optional<std::pair<std::int64_t, std::int64_t>> ranges_done(const std::string& copy_key) {
+    const std::optional<replicate::CopyKey> key = replicate::parse_copy_key(copy_key);
+    if (!key || key->ranges.empty()) {
+        return std::nullopt;
+    }
+    std::int64_t done = 0;
+    for (const auto& r : key->ranges) {
+        done += r.done ? 1 : 0;
+    }
+    return std::pair{done, std::int64_t(key->ranges.size())};
 }
 
 std::string format_seconds(double s) {
@@ -146,7 +160,12 @@ std::string format_status(const StatusReport& r, bool json) {
                  ",\"epoch\":" + std::to_string(t.progress.epoch) +
                  ",\"copy_lsn\":" + json_quote(t.progress.copy_lsn.str()) +
                  ",\"rows_copied\":" + std::to_string(t.progress.rows_copied) +
-                 ",\"rows\":" + json_opt_int(t.rows) + "}";
+                 ",\"rows\":" + json_opt_int(t.rows);
+            const auto ranges = ranges_done(t.progress.copy_key);
+            o += ",\"key_ranges_done\":" +
+                 json_opt_int(ranges ? std::optional(ranges->first) : std::nullopt) +
+                 ",\"key_ranges\":" +
+                 json_opt_int(ranges ? std::optional(ranges->second) : std::nullopt) + "}";
         }
         o += "]}\n";
         return o;
@@ -206,11 +225,15 @@ std::string format_status(const StatusReport& r, bool json) {
     if (!r.destination.tables.empty()) {
         o += "tables:\n";
         for (const auto& t : r.destination.tables) {
+            const auto ranges = ranges_done(t.progress.copy_key);
             o += "  " + t.progress.source_table + " -> " + t.progress.target_table + ": " +
                  replicate::to_string(t.progress.state) + ", epoch " +
                  std::to_string(t.progress.epoch) + ", copied " +
                  std::to_string(t.progress.rows_copied) + " rows at " + t.progress.copy_lsn.str() +
                  ", " +
+                 (ranges ? std::to_string(ranges->first) + " of " +
+                               std::to_string(ranges->second) + " key ranges done, "
+                         : std::string()) +
                  (t.rows ? std::to_string(*t.rows) + " rows now" : std::string("table missing")) +
                  "\n";
         }

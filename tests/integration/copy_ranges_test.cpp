@@ -258,6 +258,27 @@ private:
     std::thread thread_;
 };
 
+// How many times `what` occurs in `text`.
+std::size_t count(const std::string& text, const std::string& what) {
+    std::size_t n = 0;
+    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
+        ++n;
+    }
+    return n;
+}
+
+// A number logged as `name` (`"name":"12"` or `name=12`) in `log`, the first from `from` on.
+std::optional<long> logged_number(const std::string& log, const std::string& name,
+                                  std::size_t from = 0) {
+    for (const std::string& prefix : {"\"" + name + "\":\"", name + "="}) {
+        const std::size_t at = log.find(prefix, from);
+        if (at != std::string::npos) {
+            return std::stol(log.substr(at + prefix.size()));
+        }
+    }
+    return std::nullopt;
+}
+
 // A table added to the publication while pgtide streams, under a steady write load on it and
 // on the table already published: copied alone, then followed; equal at the end.
 TEST_P(CopyRanges, TableAddedWhileRunningUnderWriteLoadEndsEqual) {
@@ -305,6 +326,8 @@ TEST_P(CopyRanges, TableAddedWhileRunningUnderWriteLoadEndsEqual) {
 // - Stream::maybe_hand_off handing off at the catch-up's first commit, without waiting to pass
 //   every transaction the main stream had begun: expect_equal("c") found rows of c missing or
 //   different on both destinations (the main stream had skipped their changes).
+// - No SessionJoiner for the stream (c found by ending the session and starting another at the
+//   checkpoint, as before): two "streaming" sessions in the log instead of one.
 TEST_P(CopyRanges, TableAddedWhileRunningIsCopiedBesideTheStream) {
     exec(kTables);
     exec(std::string("CREATE TABLE c (id bigint PRIMARY KEY, v text, n int);"
@@ -373,6 +396,8 @@ TEST_P(CopyRanges, TableAddedWhileRunningIsCopiedBesideTheStream) {
     EXPECT_NE(log.find("catching up the tables copied beside the stream"), std::string::npos)
         << log;
     EXPECT_NE(log.find("table copied beside the stream is ready"), std::string::npos) << log;
+    // One stream session throughout: c was taken while it streamed, nothing restarted.
+    EXPECT_EQ(count(log, "info: streaming slot="), 1u) << log;
     expect_equal("a");
     expect_equal("c");
     EXPECT_EQ(slots(), slot()); // the copy's temporary slot is gone
@@ -801,25 +826,13 @@ TEST_P(CopyRanges, BootstrapKilledAtFivePointsResumesWithoutCopyingFinishedTable
     EXPECT_TRUE(wait_for([&] { return slots() == slot(); })) << slots();
 }
 
-// A number logged as `name` (`"name":"12"` or `name=12`) in `log`, the first from `from` on.
-std::optional<long> logged_number(const std::string& log, const std::string& name,
-                                  std::size_t from = 0) {
-    for (const std::string& prefix : {"\"" + name + "\":\"", name + "="}) {
-        const std::size_t at = log.find(prefix, from);
-        if (at != std::string::npos) {
-            return std::stol(log.substr(at + prefix.size()));
-        }
-    }
-    return std::nullopt;
-}
-
 // Issue 9 item 3: a copy cut short (SIGKILL) goes on from its copy_key. Table c (120,000 rows,
 // copied as 4 key ranges, a commit every 10,000 rows) is killed twice while copying, with
 // changes to c all over its key space (kept rows, rows not copied yet, new rows, deletes) made
 // while pgtide is stopped and a write load while it runs. Each next run keeps the rows copied
 // so far and copies only the rest of each range; the stream applies every change since the
-// oldest copy. The rows each run copies plus those it kept are c's rows; the end equals the
-// source, and only the main slot is left.
+// oldest copy. The rows each run copies plus those it kept are c's rows; `pgtide status` tells
+// how many key ranges are done; the end equals the source, and only the main slot is left.
 //
 // Broken on purpose, each once, then reverted:
 // - follow_publications giving the stream the new copy's version of a resumed table (it then
@@ -875,6 +888,15 @@ TEST_P(CopyRanges, CopyCutShortGoesOnFromItsKey) {
         ++kills;
         kept = copied();
         ASSERT_GT(kept, before);
+        if (round == 0) {
+            // `pgtide status` tells how far the copy got.
+            std::vector<std::string> status = args(false, snapshot, apply);
+            status[0] = "status";
+            PgtideProcess s(status);
+            EXPECT_EQ(s.wait(), 0) << s.stderr_text();
+            EXPECT_NE(s.stdout_text().find("key ranges done"), std::string::npos)
+                << s.stdout_text();
+        }
         change_while_stopped(round);
     }
     const std::string log = run_once();
