@@ -417,7 +417,8 @@ TEST_P(CopyRanges, TableAddedWhileRunningIsCopiedBesideTheStream) {
 // it, and pgtide's start-up with them.)
 //
 // Broken on purpose once, then reverted: follower.beside_stream = false (every copy before the
-// stream, as at start-up before): the first probe of a did not arrive within 2 minutes.
+// stream, as at start-up before): the start-up waited for the open transaction, and c was not
+// even recorded copying within 2 minutes.
 TEST_P(CopyRanges, TableAddedWhileStoppedIsCopiedBesideTheStreamAtStart) {
     exec(kTables);
     run_once();
