@@ -430,10 +430,11 @@ io::Task<Followed> follow_publications(PublicationFollower f,
             : came_back(*state, st)            ? "it left the publications and was added again"
             : state->state == TableState::Init ? "a copy was requested or had not started"
                                                : "its copy did not finish";
-        io::log_info("copying a table alone", {{"table", name},
-                                               {"reason", reason},
-                                               {"slot", copy_slot},
-                                               {"beside_the_stream", beside_stream ? "yes" : "no"}});
+        io::log_info("copying a table alone",
+                     {{"table", name},
+                      {"reason", reason},
+                      {"slot", copy_slot},
+                      {"beside_the_stream", beside_stream ? "yes" : "no"}});
     };
     // A copy a killed process cut short, which may go on from its key (checked again below,
     // once the copy's snapshot shows the table's shape): copied before the stream, because the
@@ -629,10 +630,10 @@ io::Task<void> copy_beside_stream(CopyBeside copy, ConcurrentCopy* state, const 
 // session's end and copied as before.
 class SessionJoiner : public TableJoiner {
 public:
-    SessionJoiner(const RunOptions* options, SourceCatalog* catalog,
-                  io::PgConnection* catalog_conn, ConcurrentCopy* concurrent,
-                  io::AsyncScope* scope, io::Channel<ApplyWork>* out, io::CancelToken session_over,
-                  std::string application_name, std::string copy_slot, const bool* stop_requested,
+    SessionJoiner(const RunOptions* options, SourceCatalog* catalog, io::PgConnection* catalog_conn,
+                  ConcurrentCopy* concurrent, io::AsyncScope* scope, io::Channel<ApplyWork>* out,
+                  io::CancelToken session_over, std::string application_name, std::string copy_slot,
+                  const bool* stop_requested,
                   std::vector<std::shared_ptr<const schema::Table>> followed, bool binary)
         : options_(options), catalog_(catalog), catalog_conn_(catalog_conn),
           concurrent_(concurrent), scope_(scope), out_(out), session_over_(session_over),
@@ -1164,8 +1165,8 @@ io::Task<RunSummary> Coordinator::run_phases() {
             // Cancelled when the main stream ends: the heartbeats stop, the copies end.
             io::CancelSource heartbeats;
             io::AsyncScope copies;
-            SessionJoiner joiner(&options_, &catalog, &catalog_conn, &concurrent, &copies,
-                                 &channel, heartbeats.token(), application_name,
+            SessionJoiner joiner(&options_, &catalog, &catalog_conn, &concurrent, &copies, &channel,
+                                 heartbeats.token(), application_name,
                                  options_.slot.substr(0, 40) + "_copy_" + owner.substr(0, 8),
                                  &stop_requested_, as_followed(tables, recorded), binary);
             if (!target) {

@@ -273,7 +273,8 @@ io::Task<DestinationView> read_postgres_destination(std::string url, std::string
     }
     if (meta.get(0, 1) == "t") {
         io::PgResult tables = co_await conn->exec_params(
-            std::string("SELECT source_table, target_table, state, epoch, copy_lsn, rows_copied, ") +
+            std::string(
+                "SELECT source_table, target_table, state, epoch, copy_lsn, rows_copied, ") +
                 (meta.get(0, 2) == "t" ? "copy_key" : "''") +
                 " FROM public._pgtide_tables WHERE slot_name = $1 ORDER BY source_table",
             slot_param);

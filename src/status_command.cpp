@@ -231,8 +231,8 @@ std::string format_status(const StatusReport& r, bool json) {
                  std::to_string(t.progress.epoch) + ", copied " +
                  std::to_string(t.progress.rows_copied) + " rows at " + t.progress.copy_lsn.str() +
                  ", " +
-                 (ranges ? std::to_string(ranges->first) + " of " +
-                               std::to_string(ranges->second) + " key ranges done, "
+                 (ranges ? std::to_string(ranges->first) + " of " + std::to_string(ranges->second) +
+                               " key ranges done, "
                          : std::string()) +
                  (t.rows ? std::to_string(*t.rows) + " rows now" : std::string("table missing")) +
                  "\n";

@@ -146,6 +146,14 @@ protected:
                           "'");
     }
 
+    /// Until `table` is in `state` in the running pgtide's destination, or pgtide exited.
+    bool wait_for_state(PgtideProcess& pgtide, const std::string& table,
+                        const std::string& state) const {
+        return wait_for([&] {
+            return state_of(table) == std::optional<std::string>(state) || !pgtide.running();
+        });
+    }
+
     /// Every row of `table` (id, v, n) equals the source's.
     void expect_equal(const std::string& table) const {
         const std::string sql =
@@ -288,8 +296,7 @@ TEST_P(CopyRanges, TableAddedWhileRunningUnderWriteLoadEndsEqual) {
     WriteLoad writer(pg().dsn(db_), 7u);
     std::this_thread::sleep_for(1s);
     exec("ALTER PUBLICATION pub ADD TABLE b");
-    const bool copied = wait_for(
-        [&] { return state_of("b") == std::optional<std::string>("ready") || !pgtide.running(); });
+    const bool copied = wait_for_state(pgtide, "b", "ready");
     std::this_thread::sleep_for(1s); // the load goes on after the copy
     writer.stop();
     ASSERT_TRUE(copied && pgtide.running()) << pgtide.stderr_text();
@@ -378,9 +385,7 @@ TEST_P(CopyRanges, TableAddedWhileRunningIsCopiedBesideTheStream) {
               << " applied while c was copied and caught up, the slowest in " << slowest_ms << " ms"
               << std::endl;
     EXPECT_GT(probes_while_copying, 0) << pgtide.stderr_text();
-    ASSERT_TRUE(wait_for([&] {
-        return state_of("c") == std::optional<std::string>("ready") || !pgtide.running();
-    })) << pgtide.stderr_text();
+    ASSERT_TRUE(wait_for_state(pgtide, "c", "ready")) << pgtide.stderr_text();
     std::this_thread::sleep_for(500ms); // the load goes on after the copy
     writer.stop();
     EXPECT_GT(writer.transactions(), 50);
@@ -431,9 +436,7 @@ TEST_P(CopyRanges, TableAddedWhileStoppedIsCopiedBesideTheStreamAtStart) {
     open_transaction.exec("BEGIN");
     open_transaction.exec("INSERT INTO b VALUES (-7, 'open', 0)");
     PgtideProcess pgtide(args(false));
-    ASSERT_TRUE(wait_for([&] {
-        return state_of("c") == std::optional<std::string>("copying") || !pgtide.running();
-    })) << pgtide.stderr_text();
+    ASSERT_TRUE(wait_for_state(pgtide, "c", "copying")) << pgtide.stderr_text();
     for (int i = 0; i < 3; ++i) {
         ASSERT_TRUE(probe_a(pgtide, -1 - i)) << pgtide.stderr_text();
     }
@@ -444,9 +447,7 @@ TEST_P(CopyRanges, TableAddedWhileStoppedIsCopiedBesideTheStreamAtStart) {
     {
         WriteLoad writer(pg().dsn(db_), 17u, "c");
         open_transaction.exec("COMMIT");
-        ASSERT_TRUE(wait_for([&] {
-            return state_of("c") == std::optional<std::string>("ready") || !pgtide.running();
-        })) << pgtide.stderr_text();
+        ASSERT_TRUE(wait_for_state(pgtide, "c", "ready")) << pgtide.stderr_text();
         std::this_thread::sleep_for(300ms); // the load goes on after the copy
         writer.stop();
         EXPECT_GT(writer.transactions(), 10);
@@ -488,9 +489,7 @@ TEST_P(CopyRanges, CopyBesideTheStreamKilledAtEachStepEndsEqual) {
         if (step == 0) {
             exec("ALTER PUBLICATION pub ADD TABLE c");
         } else {
-            ASSERT_TRUE(wait_for([&] {
-                return state_of("c") == std::optional<std::string>("ready") || !pgtide.running();
-            })) << pgtide.stderr_text();
+            ASSERT_TRUE(wait_for_state(pgtide, "c", "ready")) << pgtide.stderr_text();
             // Step 1: as soon as the copy has its snapshot, c is locked (which holds the copy
             // back) until the lock holder has changed every row of c: when the stream has begun
             // that transaction by the end of the copy, the catch-up has every row's change to
@@ -581,8 +580,7 @@ TEST_P(CopyRanges, TableAddedWhileRunningWithoutChangesIsFoundByThePoll) {
     PgtideProcess pgtide(args(false));
     ASSERT_TRUE(wait_for_streaming(pgtide)) << pgtide.stderr_text();
     exec("ALTER PUBLICATION pub ADD TABLE b");
-    ASSERT_TRUE(wait_for(
-        [&] { return state_of("b") == std::optional<std::string>("ready") || !pgtide.running(); }));
+    ASSERT_TRUE(wait_for_state(pgtide, "b", "ready"));
     ASSERT_TRUE(pgtide.running()) << pgtide.stderr_text();
     expect_equal("b");
     exec("DELETE FROM b WHERE id % 2 = 0");
