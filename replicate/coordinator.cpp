@@ -419,13 +419,18 @@ io::Task<Followed> follow_publications(PublicationFollower f,
         co_await create_destination_tables(f.dest, f.catalog, f.catalog_conn, std::move(fresh));
     }
     const std::string copy_slot = o.slot.substr(0, 40) + "_copy_" + f.owner.substr(0, 8);
-    const auto log_copy_alone = [&](const SourceTable& st, bool beside_stream) {
-        const std::string name = st.table.qualified();
-        const auto state =
+    // The state row of a source table; nullptr when it has none.
+    const auto state_row = [&states](const std::string& name) -> const TableProgress* {
+        const auto found =
             std::find_if(states.begin(), states.end(),
                          [&name](const TableProgress& p) { return p.source_table == name; });
+        return found == states.end() ? nullptr : &*found;
+    };
+    const auto log_copy_alone = [&](const SourceTable& st, bool beside_stream) {
+        const std::string name = st.table.qualified();
+        const TableProgress* state = state_row(name);
         const char* reason =
-            state == states.end()              ? "it joined the publications"
+            state == nullptr                   ? "it joined the publications"
             : recreated(*state, st)            ? "it was dropped and created again"
             : came_back(*state, st)            ? "it left the publications and was added again"
             : state->state == TableState::Init ? "a copy was requested or had not started"
@@ -439,20 +444,20 @@ io::Task<Followed> follow_publications(PublicationFollower f,
     // A copy a killed process cut short, which may go on from its key (checked again below,
     // once the copy's snapshot shows the table's shape): copied before the stream, because the
     // stream must apply every change since that copy's version, which it cannot while it skips
-    // the table beside a copy.
-    const auto may_go_on = [&](const SourceTable& st) {
-        const std::string name = st.table.qualified();
-        const auto state =
-            std::find_if(states.begin(), states.end(),
-                         [&name](const TableProgress& p) { return p.source_table == name; });
-        return state != states.end() && state->state == TableState::Copying &&
-               !state->copy_key.empty() && state->epoch == checkpoint.epoch &&
-               checkpoint.lsn <= state->copy_lsn && !recreated(*state, st) &&
-               !came_back(*state, st);
+    // the table beside a copy. Returns the table's state row when it may, else nullptr.
+    const auto may_go_on = [&](const SourceTable& st) -> const TableProgress* {
+        const TableProgress* state = state_row(st.table.qualified());
+        const bool cut_short = state != nullptr && state->state == TableState::Copying &&
+                               !state->copy_key.empty() && state->epoch == checkpoint.epoch &&
+                               checkpoint.lsn <= state->copy_lsn && !recreated(*state, st) &&
+                               !came_back(*state, st);
+        return cut_short ? state : nullptr;
     };
     std::vector<SourceTable> beside_tables;
     if (f.beside_stream) {
-        const auto split = std::stable_partition(joined.begin(), joined.end(), may_go_on);
+        const auto split = std::stable_partition(
+            joined.begin(), joined.end(),
+            [&may_go_on](const SourceTable& st) { return may_go_on(st) != nullptr; });
         beside_tables.assign(split, joined.end());
         joined.erase(split, joined.end());
     }
@@ -498,12 +503,10 @@ io::Task<Followed> follow_publications(PublicationFollower f,
     for (std::size_t i = 0; i < joined.size(); ++i) {
         const SourceTable& st = joined[i];
         const std::string name = st.table.qualified();
-        if (!may_go_on(st)) {
+        const TableProgress* state = may_go_on(st);
+        if (state == nullptr) {
             continue;
         }
-        const auto state =
-            std::find_if(states.begin(), states.end(),
-                         [&name](const TableProgress& p) { return p.source_table == name; });
         std::optional<CopyKey> key = parse_copy_key(state->copy_key);
         const bool fits =
             key && key->shape == SnapshotCopier::copy_shape(st) && !key->ranges.empty() &&
