@@ -3,6 +3,7 @@
 
 #include <coroutine>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <optional>
 #include <stdexcept>
@@ -16,6 +17,11 @@ namespace pgtide::io {
 /// Bounded FIFO for one loop thread. send suspends while the channel is full, recv while it is
 /// empty; peers are woken through EventLoop::post, never resumed inline. close() wakes everyone:
 /// later sends return false, receivers drain what is left and then get nullopt.
+///
+/// Values are numbered from 1 in the order they are queued (sent()), and taken in that order
+/// (taken()): right after recv(), taken() is the number of the value it returned. A channel
+/// with a single receiver that handles one value at a time knows when that receiver is done
+/// with a value: when it calls recv() again (send_and_wait).
 template <class T> class Channel {
 public:
     /// capacity >= 1; throws std::invalid_argument otherwise.
@@ -37,12 +43,30 @@ public:
             co_return false;
         }
         items_.push_back(std::move(value));
+        ++sent_;
         wake_one(receivers_);
         co_return true;
     }
 
+    /// Queues value like send(), then suspends until the receiver is done with it: it has come
+    /// back to recv() for the value after it. True then; false if the channel closed first
+    /// (value dropped, or queued and perhaps never handled). For one receiver only.
+    Task<bool> send_and_wait(T value) {
+        if (!co_await send(std::move(value))) {
+            co_return false;
+        }
+        const std::uint64_t number = sent_;
+        while (recv_calls_ <= number && !closed_) {
+            DoneAwaiter awaiter{done_waiters_, number};
+            co_await awaiter;
+        }
+        co_return recv_calls_ > number;
+    }
+
     /// The oldest value; suspends while empty. nullopt once closed and drained.
     Task<std::optional<T>> recv() {
+        ++recv_calls_;
+        wake_done();
         while (items_.empty() && !closed_) {
             WaitAwaiter awaiter{receivers_};
             co_await awaiter;
@@ -52,6 +76,7 @@ public:
         }
         std::optional<T> value{std::move(items_.front())};
         items_.pop_front();
+        ++taken_;
         wake_one(senders_);
         co_return value;
     }
@@ -62,6 +87,7 @@ public:
             return false;
         }
         items_.push_back(std::move(value));
+        ++sent_;
         wake_one(receivers_);
         return true;
     }
@@ -73,11 +99,18 @@ public:
         closed_ = true;
         wake_all(senders_);
         wake_all(receivers_);
+        for (const auto& [number, h] : done_waiters_) {
+            EventLoop::current().post(h);
+        }
+        done_waiters_.clear();
     }
 
     bool closed() const noexcept { return closed_; }
     std::size_t size() const noexcept { return items_.size(); }
     std::size_t capacity() const noexcept { return capacity_; }
+    /// How many values have been queued, and taken, since the channel was made.
+    std::uint64_t sent() const noexcept { return sent_; }
+    std::uint64_t taken() const noexcept { return taken_; }
 
 private:
     struct WaitAwaiter {
@@ -86,6 +119,27 @@ private:
         void await_suspend(std::coroutine_handle<> h) { waiters.push_back(h); }
         void await_resume() const noexcept {}
     };
+
+    using DoneWaiters = std::deque<std::pair<std::uint64_t, std::coroutine_handle<>>>;
+    struct DoneAwaiter {
+        DoneWaiters& waiters;
+        std::uint64_t number;
+        bool await_ready() const noexcept { return false; }
+        void await_suspend(std::coroutine_handle<> h) { waiters.emplace_back(number, h); }
+        void await_resume() const noexcept {}
+    };
+
+    /// Wakes the senders waiting for the receiver to be done with a value it has now left.
+    void wake_done() {
+        for (auto it = done_waiters_.begin(); it != done_waiters_.end();) {
+            if (it->first < recv_calls_) {
+                EventLoop::current().post(it->second);
+                it = done_waiters_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
 
     static void wake_one(std::deque<std::coroutine_handle<>>& waiters) {
         if (!waiters.empty()) {
@@ -104,6 +158,11 @@ private:
     std::deque<T> items_;
     std::deque<std::coroutine_handle<>> senders_;
     std::deque<std::coroutine_handle<>> receivers_;
+    DoneWaiters done_waiters_;
+    std::uint64_t sent_ = 0;
+    std::uint64_t taken_ = 0;
+    std::uint64_t recv_calls_ =
+        0; ///< recv() calls begun: the receiver is done with the ones before
     bool closed_ = false;
 };
 

@@ -144,7 +144,13 @@ io::Task<void> Applier::run(io::Channel<ApplyWork>& input) {
         if (!work || std::holds_alternative<Finish>(*work)) {
             break;
         }
+        const std::uint64_t number = input.taken(); // values are taken in the order they came
+        const std::optional<std::int64_t> copy_rows = beside_copy_value(*work);
+        const auto* batch = std::get_if<ChangeBatch>(&*work);
+        const bool stream_batch =
+            beside_stream_ && batch != nullptr && !batch->catch_up && !batch->changes.empty();
         co_await apply(std::move(*work));
+        note_waits(number, input.sent(), copy_rows, stream_batch);
     }
     // Commit what is complete: never a part of a source transaction.
     if (source_open_) {
@@ -153,6 +159,49 @@ io::Task<void> Applier::run(io::Channel<ApplyWork>& input) {
     }
     if (in_transaction_ || complete_lsn_ > checkpoint_.lsn || !progress_.empty()) {
         co_await commit(complete_lsn_);
+    }
+}
+
+std::optional<std::int64_t> Applier::beside_copy_value(const ApplyWork& work) const {
+    if (!beside_stream_) {
+        return std::nullopt;
+    }
+    if (const auto* rows = std::get_if<CopyRows>(&work)) {
+        return std::int64_t(rows->rows.size());
+    }
+    if (std::holds_alternative<CopyPlanned>(work) || std::holds_alternative<CopyComplete>(work)) {
+        return 0;
+    }
+    if (const auto* batch = std::get_if<ChangeBatch>(&work); batch != nullptr && batch->catch_up) {
+        return std::int64_t(batch->changes.size());
+    }
+    return std::nullopt;
+}
+
+void Applier::note_waits(std::uint64_t number, std::uint64_t sent,
+                         std::optional<std::int64_t> copy_rows, bool stream_batch) {
+    if (stream_batch) {
+        StreamWaits& w = stream_waits_;
+        std::int64_t batches = 0;
+        std::int64_t rows = 0;
+        for (const CopyBatchApplied& c : copy_batches_) {
+            if (c.sent >= number) { // it ended after this batch was queued, and went first
+                batches += 1;
+                rows += c.rows;
+            }
+        }
+        w.stream_batches += 1;
+        w.batches_waited += batches > 0 ? 1 : 0;
+        w.longest_batches = std::max(w.longest_batches, batches);
+        w.longest_rows = std::max(w.longest_rows, rows);
+    }
+    if (copy_rows) {
+        copy_batches_.push_back(CopyBatchApplied{sent, *copy_rows});
+    }
+    // Values still queued are numbered above `number`: a copy batch that ended before they were
+    // sent held none of them up.
+    while (!copy_batches_.empty() && copy_batches_.front().sent <= number) {
+        copy_batches_.pop_front();
     }
 }
 
@@ -225,6 +274,8 @@ io::Task<void> Applier::apply(ApplyWork work) {
         co_return;
     }
     if (auto* start = std::get_if<StartCopy>(&work)) {
+        stream_waits_ = StreamWaits{};
+        copy_batches_.clear();
         co_await prepare_table_copies(std::move(start->tables), start->version, true);
         co_return;
     }
@@ -236,8 +287,14 @@ io::Task<void> Applier::apply(ApplyWork work) {
             note_progress(TableProgress{t.qualified(), t.target, TableState::Ready,
                                         checkpoint_.epoch, done->handoff, rows_per_table_.at(i),
                                         t.source_oid, t.publication_membership});
+            const StreamWaits& w = stream_waits_;
             io::log_info("table copied beside the stream is ready",
-                         {{"table", t.qualified()}, {"handoff", done->handoff.str()}});
+                         {{"table", t.qualified()},
+                          {"handoff", done->handoff.str()},
+                          {"stream_batches", std::to_string(w.stream_batches)},
+                          {"stream_batches_behind_copy", std::to_string(w.batches_waited)},
+                          {"longest_wait_batches", std::to_string(w.longest_batches)},
+                          {"longest_wait_rows", std::to_string(w.longest_rows)}});
         }
         if (!in_transaction_) {
             transaction_started_ = now;

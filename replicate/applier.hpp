@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -52,6 +53,17 @@ struct ApplyStats {
     std::int64_t tables_copied = 0;
     std::int64_t transactions = 0;
     std::int64_t changes = 0;
+};
+
+/// How the stream's batches waited behind a copy beside the stream: the copy's batches (and
+/// their rows) the applier applied between the moment a stream batch was queued and the moment
+/// it was applied. The copy hands its work over one batch at a time (Channel::send_and_wait),
+/// so no stream batch waits behind more than one (issue 9: no other table pauses longer).
+struct StreamWaits {
+    std::int64_t stream_batches = 0;  ///< stream batches applied while the copy ran
+    std::int64_t batches_waited = 0;  ///< of those, the ones that waited behind the copy's work
+    std::int64_t longest_batches = 0; ///< the most copy batches one stream batch waited behind
+    std::int64_t longest_rows = 0;    ///< the most copy rows one stream batch waited behind
 };
 
 class Applier {
@@ -113,9 +125,25 @@ public:
 
     const Checkpoint& checkpoint() const { return checkpoint_; }
     const ApplyStats& stats() const { return stats_; }
+    /// Of the copy beside the stream running or last finished.
+    const StreamWaits& stream_waits() const { return stream_waits_; }
 
 private:
+    /// A batch of a copy beside the stream, applied while `sent` values had been queued.
+    struct CopyBatchApplied {
+        std::uint64_t sent = 0;
+        std::int64_t rows = 0;
+    };
+
     io::Task<void> apply(ApplyWork work);
+    /// When `work` is a value of a copy beside the stream (its plans, rows and ends, or the
+    /// catch-up's batches): its rows or changes. Else nullopt.
+    std::optional<std::int64_t> beside_copy_value(const ApplyWork& work) const;
+    /// Value `number` of the input, just applied: a stream batch waited behind the copy
+    /// batches of copy_batches_ applied after it was queued; a copy batch may hold up the
+    /// stream batches queued after `number` and before it ended.
+    void note_waits(std::uint64_t number, std::uint64_t sent, std::optional<std::int64_t> copy_rows,
+                    bool stream_batch);
     /// start_table_copies() without its commit.
     io::Task<void> prepare_table_copies(std::vector<std::shared_ptr<const schema::Table>> tables,
                                         schema::Lsn version, bool beside_stream,
@@ -143,6 +171,9 @@ private:
     /// copied then (else copied rows carry the epoch's consistent LSN).
     std::optional<schema::Lsn> copy_version_;
     bool beside_stream_ = false; ///< the copy of copy_version_ runs while the stream applies
+    /// The copy batches applied that ended after a value still queued was sent.
+    std::deque<CopyBatchApplied> copy_batches_;
+    StreamWaits stream_waits_;
     std::map<std::string, TableProgress>
         progress_; ///< by source table: written with the next commit
 

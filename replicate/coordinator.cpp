@@ -544,6 +544,37 @@ io::Task<Followed> follow_publications(PublicationFollower f,
     co_return followed;
 }
 
+// The copier's side of a copy beside the stream: closes `lane` when the copy ends, however it
+// ends, so that pace_copy ends too.
+io::Task<void> copy_into(SnapshotCopier* copier, io::Channel<ApplyWork>* lane) {
+    std::exception_ptr error;
+    try {
+        co_await copier->run(*lane);
+    } catch (...) {
+        error = std::current_exception();
+    }
+    lane->close();
+    if (error) {
+        std::rethrow_exception(error);
+    }
+}
+
+// Hands the values of `lane` to the applier's channel `out` one at a time: the next is queued
+// once the applier is done with the one before, so that what the main stream queued meanwhile
+// goes first. Closes `lane` when `out` closes, so that the copier stops.
+io::Task<void> pace_copy(io::Channel<ApplyWork>* lane, io::Channel<ApplyWork>* out) {
+    for (;;) {
+        std::optional<ApplyWork> work = co_await lane->recv();
+        if (!work) {
+            break;
+        }
+        if (!co_await out->send_and_wait(std::move(*work))) {
+            lane->close();
+            break;
+        }
+    }
+}
+
 // A copy beside the stream session (DESIGN §4 "Copy ranges"; docs/ARCHITECTURE.md "Copies
 // beside the stream"). Its own replication connection creates the copy's temporary slot (which
 // waits for the source's open transactions: the main stream does not), StartCopy empties the
@@ -556,6 +587,13 @@ io::Task<Followed> follow_publications(PublicationFollower f,
 // session ends with it. The end of the main stream (`session_over`) closes the copy's
 // replication connection: creating the slot can wait on the source for as long as a
 // transaction stays open there, and a stop must not.
+//
+// The copy's work reaches the applier's channel one value at a time: the next is queued once
+// the applier is done with the one before (Channel::send_and_wait), so that a batch the main
+// stream queues meanwhile waits behind one batch of the copy at most (issue 9). The copier's
+// rows pass through `lane` and pace_copy; the catch-up paces its own batches (StreamOptions::
+// catch_up), and starts once the applier is done with the last copied row, so every copied row
+// is applied before the catch-up's first change, and its last batch before the hand-off.
 io::Task<void> copy_beside_stream(CopyBeside copy, ConcurrentCopy* state, const RunOptions* o,
                                   std::string application_name, const bool* stop_requested,
                                   std::vector<std::shared_ptr<const schema::Table>> followed,
@@ -585,11 +623,12 @@ io::Task<void> copy_beside_stream(CopyBeside copy, ConcurrentCopy* state, const 
         start.tables = destination_tables(copy.tables, !o->postgres_url.empty());
         start.version = created.consistent_lsn;
         ApplyWork start_work(std::move(start));
-        const bool started = co_await out->send(std::move(start_work));
+        const bool started = co_await out->send_and_wait(std::move(start_work));
         if (started) {
             SnapshotCopier copier(o->source_dsn, created.snapshot_name, copy.tables,
                                   snapshot_options(*o, application_name, stop_requested));
-            co_await copier.run(*out);
+            io::Channel<ApplyWork> lane(1);
+            co_await io::when_all(copy_into(&copier, &lane), pace_copy(&lane, out));
         }
         if (started && !out->closed() && !*stop_requested) {
             co_await replication->start(copy.slot, created.consistent_lsn, o->publications, binary,
@@ -619,7 +658,7 @@ io::Task<void> copy_beside_stream(CopyBeside copy, ConcurrentCopy* state, const 
         replication->connection().close(); // the temporary slot goes with it
     }
     if (error) {
-        out->close();
+        out->close(); // the session ends with the copy's failure
         std::rethrow_exception(error);
     }
 }

@@ -409,7 +409,15 @@ io::Task<void> Stream::flush_batch(io::Channel<ApplyWork>& out) {
     batch_commit_.reset();
     batch_transactions_ = 0;
     ApplyWork work(std::move(b));
-    co_await out.send(std::move(work));
+    co_await hand_over(out, std::move(work));
+}
+
+io::Task<void> Stream::hand_over(io::Channel<ApplyWork>& out, ApplyWork work) {
+    if (options_.catch_up) {
+        co_await out.send_and_wait(std::move(work));
+    } else {
+        co_await out.send(std::move(work));
+    }
 }
 
 bool Stream::in_copy(const schema::Table* table) const {
@@ -531,7 +539,7 @@ io::Task<void> Stream::follow_relation(pgoutput::Relation rel, io::Channel<Apply
         SchemaChange change;
         change.table = std::move(pending_schema_change_);
         ApplyWork work(std::move(change));
-        co_await out.send(std::move(work));
+        co_await hand_over(out, std::move(work));
     }
 }
 

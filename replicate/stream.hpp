@@ -93,9 +93,11 @@ struct StreamOptions {
     /// A copy running beside this stream, if any; `catch_up` says which side this stream is:
     /// false, the main stream (skips the copied tables until the hand-off); true, the catch-up
     /// (applies only them, skips relations it does not hold, ends at the hand-off). The catch-up
-    /// sends into the applier's own channel, so that its last batch is queued there before the
-    /// hand-off lets the main stream queue the same tables' later changes; its batches carry no
-    /// position (ChangeBatch::catch_up), and it sends no SourceIdle, Tick or Finish.
+    /// sends into the applier's own channel one value at a time, each once the applier is done
+    /// with the one before (Channel::send_and_wait): its last batch is applied before the
+    /// hand-off lets the main stream queue the same tables' later changes, and the main stream's
+    /// batches wait behind one of its batches at most. Its batches carry no position
+    /// (ChangeBatch::catch_up), and it sends no SourceIdle, Tick or Finish.
     ConcurrentCopy* concurrent = nullptr;
     bool catch_up = false;
     /// The main stream: asked first about a table it meets that it does not hold.
@@ -141,6 +143,8 @@ private:
     /// The table of a change; nullptr for a table in options.left (skip the change).
     std::shared_ptr<const schema::Table> table_for(std::uint32_t relation_oid) const;
     io::Task<void> flush_batch(io::Channel<ApplyWork>& out);
+    /// Queues `work` for the applier; the catch-up waits until the applier is done with it.
+    io::Task<void> hand_over(io::Channel<ApplyWork>& out, ApplyWork work);
     /// The main stream begins the transaction committed at version_.
     void note_begun();
     /// The catch-up stream has applied every transaction committed below `position`: hands off

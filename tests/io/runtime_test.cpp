@@ -308,6 +308,56 @@ TEST(Channel, CloseWakesEveryoneAndDrains) {
     EXPECT_EQ(full.size(), 1u);
 }
 
+// send_and_wait returns only once the receiver is done with the value (it came back to recv()
+// for the next one): a value sent meanwhile by another sender is taken before the waiting
+// sender's next one, which is what keeps the stream ahead of a copy beside it.
+Task<void> send_each_and_wait(Channel<std::string>* ch, std::vector<std::string>* log) {
+    for (const char* v : {"copy 1", "copy 2"}) {
+        const bool done = co_await ch->send_and_wait(v);
+        log->push_back(std::string(done ? "done with " : "not done with ") + v);
+    }
+}
+
+Task<void> send_while_handled(Channel<std::string>* ch) {
+    co_await sleep_for(1ms); // while the receiver handles "copy 1"
+    co_await ch->send("stream");
+}
+
+Task<void> handle_slowly(Channel<std::string>* ch, std::vector<std::string>* log, int n) {
+    for (int i = 0; i < n; ++i) {
+        std::optional<std::string> v = co_await ch->recv();
+        log->push_back("took " + v.value_or("nothing") + " as " + std::to_string(ch->taken()) +
+                       " of " + std::to_string(ch->sent()));
+        co_await sleep_for(5ms);
+    }
+    ch->close(); // the last sender waits for a recv() that never comes
+}
+
+TEST(Channel, SendAndWaitReturnsOnceTheReceiverIsDone) {
+    EventLoop loop;
+    Channel<std::string> ch(4);
+    std::vector<std::string> log;
+    sync_wait(loop, when_all(send_each_and_wait(&ch, &log), send_while_handled(&ch),
+                             handle_slowly(&ch, &log, 3)));
+    // The sender of "copy 1" is woken when the receiver comes back, and runs once the receiver
+    // waits again, after it took "stream".
+    EXPECT_EQ(log, (std::vector<std::string>{"took copy 1 as 1 of 1", "took stream as 2 of 2",
+                                             "done with copy 1", "took copy 2 as 3 of 3",
+                                             "not done with copy 2"}))
+        << ::testing::PrintToString(log);
+
+    // A close while the sender waits: false, and the sender goes on.
+    Channel<std::string> closing(1);
+    std::vector<std::string> closed_log;
+    auto close_soon = [](Channel<std::string>* c) -> Task<void> {
+        co_await sleep_for(2ms);
+        c->close();
+    };
+    sync_wait(loop, when_all(send_each_and_wait(&closing, &closed_log), close_soon(&closing)));
+    EXPECT_EQ(closed_log,
+              (std::vector<std::string>{"not done with copy 1", "not done with copy 2"}));
+}
+
 TEST(Channel, ZeroCapacityIsRejected) {
     EXPECT_THROW(Channel<int>(0), std::invalid_argument);
 }
