@@ -190,7 +190,9 @@ TEST_F(Snapshot, LargeTablesAreCopiedAsKeyRangesAtOnce) {
 
 TEST_F(Snapshot, ReaderTerminatedMidCopyFinishesOnANewEpoch) {
     exec("CREATE TABLE big (id int PRIMARY KEY, v text)");
-    exec("INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, 20000) g");
+    // Enough rows that the copy cannot end between the epoch's record and the test's hold on
+    // the destination (with 20,000 it did once in CI: epoch 1, nothing terminated).
+    exec("INSERT INTO big SELECT g, md5(g::text) FROM generate_series(1, 200000) g");
     exec("CREATE PUBLICATION pub FOR TABLE big");
     PgtideProcess pgtide({"run", "--once", "--json", "-c", config()});
     // Once the epoch is recorded (its consistent point, not only its announcement: lsn set),
@@ -222,7 +224,7 @@ TEST_F(Snapshot, ReaderTerminatedMidCopyFinishesOnANewEpoch) {
                  "SELECT id, v FROM big ORDER BY id");
     EXPECT_EQ(dest_value("SELECT count(*) FROM big WHERE _pgtide_lsn = (SELECT consistent_lsn "
                          "FROM _pgtide_checkpoint)"),
-              "20000");
+              "200000");
 }
 
 // Killed mid-copy, the next run resumes the epoch on the same slot (issue 9 refines issue 4
