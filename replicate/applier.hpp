@@ -125,8 +125,6 @@ public:
 
     const Checkpoint& checkpoint() const { return checkpoint_; }
     const ApplyStats& stats() const { return stats_; }
-    /// Of the copy beside the stream running or last finished.
-    const StreamWaits& stream_waits() const { return stream_waits_; }
 
 private:
     /// A batch of a copy beside the stream, applied while `sent` values had been queued.

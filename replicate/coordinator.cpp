@@ -172,11 +172,12 @@ io::Task<void> heartbeat(std::string dsn, std::string application_name,
     }
 }
 
-// The applier's side: on failure, close the channel so a producer blocked on send returns.
-io::Task<void> consume(Applier* applier, io::Channel<ApplyWork>* channel) {
+// Runs `work`, then closes `channel`, however `work` ended, so that nobody waits on the channel
+// for what will not come; rethrows the failure of `work`.
+io::Task<void> closing(io::Task<void> work, io::Channel<ApplyWork>* channel) {
     std::exception_ptr error;
     try {
-        co_await applier->run(*channel);
+        co_await std::move(work);
     } catch (...) {
         error = std::current_exception();
     }
@@ -184,6 +185,11 @@ io::Task<void> consume(Applier* applier, io::Channel<ApplyWork>* channel) {
     if (error) {
         std::rethrow_exception(error);
     }
+}
+
+// The applier's side: on failure, close the channel so a producer blocked on send returns.
+io::Task<void> consume(Applier* applier, io::Channel<ApplyWork>* channel) {
+    return closing(applier->run(*channel), channel);
 }
 
 // The published tables as the destination takes them. A PostgreSQL destination reads the
@@ -544,21 +550,6 @@ io::Task<Followed> follow_publications(PublicationFollower f,
     co_return followed;
 }
 
-// The copier's side of a copy beside the stream: closes `lane` when the copy ends, however it
-// ends, so that pace_copy ends too.
-io::Task<void> copy_into(SnapshotCopier* copier, io::Channel<ApplyWork>* lane) {
-    std::exception_ptr error;
-    try {
-        co_await copier->run(*lane);
-    } catch (...) {
-        error = std::current_exception();
-    }
-    lane->close();
-    if (error) {
-        std::rethrow_exception(error);
-    }
-}
-
 // Hands the values of `lane` to the applier's channel `out` one at a time: the next is queued
 // once the applier is done with the one before, so that what the main stream queued meanwhile
 // goes first. Closes `lane` when `out` closes, so that the copier stops.
@@ -628,7 +619,8 @@ io::Task<void> copy_beside_stream(CopyBeside copy, ConcurrentCopy* state, const 
             SnapshotCopier copier(o->source_dsn, created.snapshot_name, copy.tables,
                                   snapshot_options(*o, application_name, stop_requested));
             io::Channel<ApplyWork> lane(1);
-            co_await io::when_all(copy_into(&copier, &lane), pace_copy(&lane, out));
+            // The lane closes when the copier ends, so that pace_copy ends too.
+            co_await io::when_all(closing(copier.run(lane), &lane), pace_copy(&lane, out));
         }
         if (started && !out->closed() && !*stop_requested) {
             co_await replication->start(copy.slot, created.consistent_lsn, o->publications, binary,
