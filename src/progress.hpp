@@ -43,8 +43,8 @@ std::string with_thousands(std::int64_t n);
 /// "3s", "4m05s", "2h03m".
 std::string short_duration(double seconds);
 
-/// Redraws the status lines from `metrics` every half second until `token` is cancelled, then
-/// erases them. Suspends.
+/// Redraws the status lines from `metrics` every half second, and within 0.1 s of a change of
+/// phase or of the tables being copied, until `token` is cancelled; then erases them. Suspends.
 io::Task<void> show_progress(const replicate::Metrics* metrics, io::CancelToken token);
 
 } // namespace pgtide::app

@@ -66,7 +66,8 @@ class ProgressDisplay : public ReplicationTest {};
 
 TEST_F(ProgressDisplay, TerminalShowsLiveSnapshotProgressAndPipesDoNot) {
     PGTIDE_REQUIRE_PG();
-    // Big enough that the copy outlasts a few redraws (every 0.5 s).
+    // Big enough that the copy outlasts the 0.1 s within which a new phase is drawn (it took
+    // 0.43 s in CI, shorter than one 0.5 s redraw, which once hid the snapshot altogether).
     exec("CREATE TABLE big (id bigint PRIMARY KEY, a int, c text);"
          "INSERT INTO big SELECT g, g % 1000, repeat('x', 40) FROM generate_series(1, 600000) g;"
          "ANALYZE big;"
