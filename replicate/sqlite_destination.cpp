@@ -280,6 +280,10 @@ void SqliteDestination::StmtFinalizer::operator()(sqlite3_stmt* s) const {
 }
 
 SqliteDestination::SqliteDestination(std::string path) : path_(std::move(path)) {
+    // SQLite's memory statistics take a process-wide mutex on every allocation, several per
+    // row written; nothing reads them. Only possible before SQLite initialises (else ignored).
+    static const int memstatus_off = sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+    (void)memstatus_off;
     sqlite3* raw = nullptr;
     const int rc = sqlite3_open_v2(path_.c_str(), &raw,
                                    SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
@@ -658,20 +662,31 @@ std::string versioned_insert_sql(const schema::Table& table, bool snapshot,
 
 void SqliteDestination::copy_row(const schema::Table& table, const schema::Row& row,
                                  schema::Lsn version) {
-    check_row(table, row, table.columns.size(), "snapshot row");
+    copy_rows(table, std::vector<schema::Row>{row}, version);
+}
+
+void SqliteDestination::copy_rows(const schema::Table& table, const std::vector<schema::Row>& rows,
+                                  schema::Lsn version) {
+    for (const schema::Row& row : rows) {
+        check_row(table, row, table.columns.size(), "snapshot row");
+    }
     TableStatements& s = statements_for(table);
+    const int n = int(table.columns.size());
+    const std::int64_t v = lsn_to_int(version);
     if (!may_have_tombstones(table.target)) {
         if (!s.copy_untombstoned) {
             s.copy_untombstoned = prepare(versioned_insert_sql(table, true, false),
                                           "preparing the copy of " + table.target);
         }
         sqlite3_stmt* stmt = s.copy_untombstoned.get();
-        ResetGuard guard(stmt);
-        for (int i = 0; i < int(row.size()); ++i) {
-            bind_value(stmt, i + 1, row[std::size_t(i)]);
+        for (const schema::Row& row : rows) {
+            ResetGuard guard(stmt);
+            for (int i = 0; i < n; ++i) {
+                bind_value(stmt, i + 1, row[std::size_t(i)]);
+            }
+            bind_int(stmt, n + 1, v);
+            step(stmt, "copying a row into", table.target);
         }
-        bind_int(stmt, int(row.size()) + 1, lsn_to_int(version));
-        step(stmt, "copying a row into", table.target);
         return;
     }
     if (!s.copy) {
@@ -679,16 +694,17 @@ void SqliteDestination::copy_row(const schema::Table& table, const schema::Row& 
                          "preparing the copy of " + table.target);
     }
     sqlite3_stmt* stmt = s.copy.get();
-    ResetGuard guard(stmt);
-    const int n = int(row.size());
-    for (int i = 0; i < n; ++i) {
-        bind_value(stmt, i + 1, row[std::size_t(i)]);
+    for (const schema::Row& row : rows) {
+        ResetGuard guard(stmt);
+        for (int i = 0; i < n; ++i) {
+            bind_value(stmt, i + 1, row[std::size_t(i)]);
+        }
+        const std::string key = encode_tombstone_key(row, table.key_columns);
+        bind_int(stmt, n + 1, v);
+        bind_str(stmt, n + 2, table.target);
+        bind_str(stmt, n + 3, key);
+        step(stmt, "copying a row into", table.target);
     }
-    const std::string key = encode_tombstone_key(row, table.key_columns);
-    bind_int(stmt, n + 1, lsn_to_int(version));
-    bind_str(stmt, n + 2, table.target);
-    bind_str(stmt, n + 3, key);
-    step(stmt, "copying a row into", table.target);
 }
 
 void SqliteDestination::upsert(const schema::Table& table, const schema::Row& row,

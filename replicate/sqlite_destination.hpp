@@ -78,6 +78,10 @@ public:
     /// iff a tombstone of its key or its table is at or above C, else inserted.
     /// `row` has one value per column of `table`, none UnchangedToast (InternalError).
     void copy_row(const schema::Table& table, const schema::Row& row, schema::Lsn version);
+    /// copy_row for each of `rows`, with one lookup of the table's statement (the copy's hot
+    /// path: a batch of one table).
+    void copy_rows(const schema::Table& table, const std::vector<schema::Row>& rows,
+                   schema::Lsn version);
 
     /// A stream insert or update at L: replaces a row iff L >= its version; with no row,
     /// inserts iff no tombstone of its key or table is above L. UnchangedToast values keep the

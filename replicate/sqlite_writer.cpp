@@ -93,9 +93,7 @@ io::Task<void> SqliteWriter::copy_rows(std::shared_ptr<const schema::Table> tabl
     SqliteDestination* db = db_.get();
     auto job = [this, db, table = std::move(table), rows = std::move(rows), version]() mutable {
         ensure_open(*db);
-        for (const auto& row : rows) {
-            db->copy_row(*table, row, version);
-        }
+        db->copy_rows(*table, rows, version);
         std::lock_guard lock(written_mutex_);
         written_.push_back(std::move(rows));
     };

@@ -468,7 +468,9 @@ void read_snapshot(const Section& s, SnapshotConfig& snapshot) {
     assign(snapshot.batch_bytes, s.size("batch_bytes"));
     assign(snapshot.max_row_bytes, s.size("max_row_bytes"));
     assign(snapshot.max_attempts, s.positive_int("max_attempts"));
-    assign(snapshot.split_rows, s.positive_integer("split_rows", kMax));
+    if (auto split = s.positive_integer("split_rows", kMax)) {
+        snapshot.split_rows = split;
+    }
 }
 
 void read_stream(const Section& s, StreamConfig& stream) {
@@ -608,6 +610,13 @@ bool DestinationConfig::is_postgresql() const {
     return url.starts_with("postgresql://") || url.starts_with("postgres://");
 }
 
+std::int64_t SnapshotConfig::split_rows_for(const DestinationConfig& destination) const {
+    if (split_rows) {
+        return *split_rows;
+    }
+    return destination.is_sqlite() ? 0 : 1000000;
+}
+
 Config load_config_file(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) {
@@ -692,7 +701,9 @@ void validate(const Config& config) {
     check_positive("snapshot.page_rows", snapshot.page_rows);
     check_positive("snapshot.batch_rows", snapshot.batch_rows);
     check_positive("snapshot.max_attempts", snapshot.max_attempts);
-    check_positive("snapshot.split_rows", snapshot.split_rows);
+    if (snapshot.split_rows) {
+        check_positive("snapshot.split_rows", *snapshot.split_rows);
+    }
     if (snapshot.batch_bytes == 0) {
         throw ConfigError("snapshot.batch_bytes must be a positive size (found 0)");
     }

@@ -47,12 +47,18 @@ struct DestinationConfig {
 struct SnapshotConfig {
     int parallel_tables = 4;
     std::int64_t page_rows = 2048;
-    std::int64_t batch_rows = 512;
+    std::int64_t batch_rows = 4096;
     std::uint64_t batch_bytes = 4 * kMiB;
     std::uint64_t max_row_bytes = 64 * kMiB;
     int max_attempts = 3;
     /// A table estimated to hold more rows is copied as key ranges by several readers at once.
-    std::int64_t split_rows = 1000000;
+    /// Unset: split_rows_for() decides by destination.
+    std::optional<std::int64_t> split_rows;
+
+    /// split_rows, else 1,000,000 into PostgreSQL and 0 (never split) into SQLite: SQLite has
+    /// one writer, which inserts fastest in key order, and one reader per table keeps up with
+    /// it; ranges copied at once would only interleave its inserts across the table's B-tree.
+    std::int64_t split_rows_for(const DestinationConfig& destination) const;
 
     bool operator==(const SnapshotConfig&) const = default;
 };

@@ -66,11 +66,13 @@ TEST(Config, Defaults) {
     EXPECT_EQ(c.destination.deletes, DestinationConfig::Deletes::Hard);
     EXPECT_EQ(c.snapshot.parallel_tables, 4);
     EXPECT_EQ(c.snapshot.page_rows, 2048);
-    EXPECT_EQ(c.snapshot.batch_rows, 512);
+    EXPECT_EQ(c.snapshot.batch_rows, 4096);
     EXPECT_EQ(c.snapshot.batch_bytes, 4u * 1024 * 1024);
     EXPECT_EQ(c.snapshot.max_row_bytes, 64u * 1024 * 1024);
     EXPECT_EQ(c.snapshot.max_attempts, 3);
-    EXPECT_EQ(c.snapshot.split_rows, 1000000);
+    EXPECT_FALSE(c.snapshot.split_rows);
+    EXPECT_EQ(c.snapshot.split_rows_for(DestinationConfig{.url = "sqlite:r.db"}), 0);
+    EXPECT_EQ(c.snapshot.split_rows_for(DestinationConfig{.url = "postgresql://h/d"}), 1000000);
     EXPECT_EQ(c.stream.heartbeat_interval, 10s);
     EXPECT_EQ(c.stream.status_interval, 10s);
     EXPECT_EQ(c.stream.large_transactions, StreamConfig::LargeTransactions::Stream);
