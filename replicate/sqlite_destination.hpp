@@ -158,7 +158,9 @@ private:
         std::vector<std::size_t> key_columns;
         Statement copy;
         Statement upsert;
-        Statement copy_untombstoned;   ///< copy without the tombstone check
+        Statement copy_untombstoned; ///< copy without the tombstone check
+        Statement copy_many;         ///< copy_untombstoned of copy_many_rows rows at once
+        int copy_many_rows = 0;
         Statement upsert_untombstoned; ///< upsert without the tombstone check
         Statement remove;
         std::map<std::vector<bool>, Statement> partial; ///< by which columns are unchanged

@@ -167,8 +167,8 @@ io::Task<void> show_progress(const replicate::Metrics* metrics, io::CancelToken 
         auto drawn_phase = metrics->phase;
         std::size_t drawn_tables = metrics->snapshot_rows.size();
         for (int tick = 0;; ++tick) {
-            const bool changed = metrics->phase != drawn_phase ||
-                                 metrics->snapshot_rows.size() != drawn_tables;
+            const bool changed =
+                metrics->phase != drawn_phase || metrics->snapshot_rows.size() != drawn_tables;
             if (tick % kTicksPerRedraw == 0 || changed) {
                 io::set_status_lines(view.render(*metrics, std::chrono::steady_clock::now()));
                 drawn_phase = metrics->phase;

@@ -232,6 +232,36 @@ TEST_F(SqliteDestinationTest, CopyRowReplacesOnlyOlderVersion) {
                                   {"3", "stream@101", kNull, "101"}})); // C < v: kept
 }
 
+// A batch is written 64 rows to a statement, the rest one by one: every row lands with its own
+// values, and the version rules hold in both parts.
+TEST_F(SqliteDestinationTest, CopyRowsOfABatchKeepEachRowsValuesAndTheVersionRules) {
+    dest().ensure_table(items());
+    dest().upsert(items(), item(10, "stream@99"), lsn(99));    // in the first 64: replaced
+    dest().upsert(items(), item(70, "stream@100"), lsn(100));  // in the second 64: kept
+    dest().upsert(items(), item(140, "stream@101"), lsn(101)); // in the rest: kept
+    dest().upsert(items(), item(149, "stream@99"), lsn(99));   // in the rest: replaced
+    std::vector<Row> batch;
+    for (std::int64_t id = 1; id <= 150; ++id) {
+        batch.push_back(id % 3 == 0 ? Row{id, std::string("copy") + std::to_string(id), Null{}}
+                                    : Row{id, std::string("copy") + std::to_string(id),
+                                          std::string(std::size_t(id), 'x')});
+    }
+    dest().copy_rows(items(), batch, lsn(100));
+    Rows expected;
+    for (std::int64_t id = 1; id <= 150; ++id) {
+        const std::string i = std::to_string(id);
+        if (id == 70) {
+            expected.push_back({i, "stream@100", kNull, "100"});
+        } else if (id == 140) {
+            expected.push_back({i, "stream@101", kNull, "101"});
+        } else {
+            expected.push_back(
+                {i, "copy" + i, id % 3 == 0 ? kNull : std::string(std::size_t(id), 'x'), "100"});
+        }
+    }
+    EXPECT_EQ(items_rows(), expected);
+}
+
 TEST_F(SqliteDestinationTest, CopyRowRespectsKeyTombstone) {
     dest().ensure_table(items());
     dest().remove(items(), Row{std::int64_t(1)}, lsn(99), true);
