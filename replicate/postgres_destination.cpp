@@ -809,9 +809,10 @@ io::Task<void> PostgresDestination::merge(const std::vector<const Change*>& upse
     }
     Staging& staging = found->second;
     if (staging.used) {
-        // Not TRUNCATE: that gives the table a new file (a catalog update) once per
-        // transaction. Its dead rows go at COMMIT, when ON COMMIT DELETE ROWS empties it.
-        co_await run("DELETE FROM " + staging.name, "emptying the staging table of " + target);
+        // TRUNCATE, not DELETE: deleted rows stay until COMMIT, and every later merge of the
+        // transaction scanned them all again (a transaction merges tens of batches). The first
+        // TRUNCATE of a transaction gives the table a new file; later ones empty that in place.
+        co_await run("TRUNCATE " + staging.name, "emptying the staging table of " + target);
     }
     staging.used = true;
 
