@@ -623,9 +623,13 @@ namespace {
 
 // INSERT … SELECT <row> WHERE NOT EXISTS (tombstone) ON CONFLICT (key) DO UPDATE … WHERE
 // <version>. Parameters: ?1..?N the columns, ?N+1 the version, ?N+2 the target table,
-// ?N+3 the encoded key. `snapshot` selects copy_row's strict comparisons.
-std::string versioned_insert_sql(const schema::Table& table, bool snapshot,
-                                 bool tombstones = true) {
+// ?N+3 the encoded key. `snapshot` selects copy_rows' strict comparisons.
+// Without tombstones, `rows` rows at once: a VALUES list whose row r has the columns
+// ?(r*N+1)..?(r*N+N), and the version ?(rows*N+1). One statement for many rows spares SQLite
+// its per-statement work (a statement transaction, cursors opened and closed, a reset): a
+// quarter of the writer's CPU in a copy.
+std::string versioned_insert_sql(const schema::Table& table, bool snapshot, bool tombstones = true,
+                                 int rows = 1) {
     const int n = int(table.columns.size());
     const std::string version = "?" + std::to_string(n + 1);
     const std::string target = quote_identifier(table.target);
@@ -646,8 +650,17 @@ std::string versioned_insert_sql(const schema::Table& table, bool snapshot,
         key += (k > 0 ? ", " : "") + quote_identifier(table.columns[table.key_columns[k]].name);
     }
     if (!tombstones) {
-        return "INSERT INTO " + target + " (" + cols + lsn + ") VALUES (" + params + version +
-               ") ON CONFLICT (" + key + ") DO UPDATE SET " + sets + lsn + " = excluded." + lsn +
+        const std::string last = "?" + std::to_string(rows * n + 1);
+        std::string values;
+        for (int r = 0; r < rows; ++r) {
+            values += r > 0 ? ", (" : "(";
+            for (int i = 0; i < n; ++i) {
+                values += "?" + std::to_string(r * n + i + 1) + ", ";
+            }
+            values += last + ")";
+        }
+        return "INSERT INTO " + target + " (" + cols + lsn + ") VALUES " + values +
+               " ON CONFLICT (" + key + ") DO UPDATE SET " + sets + lsn + " = excluded." + lsn +
                " WHERE excluded." + lsn + (snapshot ? " > " : " >= ") + target + "." + lsn;
     }
     return "INSERT INTO " + target + " (" + cols + lsn + ") SELECT " + params + version +
@@ -658,54 +671,15 @@ std::string versioned_insert_sql(const schema::Table& table, bool snapshot,
            lsn + " WHERE excluded." + lsn + (snapshot ? " > " : " >= ") + target + "." + lsn;
 }
 
-// The copy of `rows` rows at once into a table without tombstones: the untombstoned form of
-// versioned_insert_sql with a VALUES list. Row r's columns are ?(r*N+1)..?(r*N+N) and the
-// version is ?(rows*N+1). One statement for many rows spares SQLite its per-statement work
-// (a statement transaction, cursors opened and closed, a reset), a fifth of a copy's time.
-std::string copy_values_sql(const schema::Table& table, int rows) {
-    const int n = int(table.columns.size());
-    const std::string version = "?" + std::to_string(rows * n + 1);
-    const std::string target = quote_identifier(table.target);
-    std::string cols;
-    std::string sets;
-    for (int i = 0; i < n; ++i) {
-        const std::string name = quote_identifier(table.columns[std::size_t(i)].name);
-        cols += name + ", ";
-        if (!is_key_column(table, std::size_t(i))) {
-            sets += name + " = excluded." + name + ", ";
-        }
-    }
-    std::string values;
-    for (int r = 0; r < rows; ++r) {
-        values += r > 0 ? ", (" : "(";
-        for (int i = 0; i < n; ++i) {
-            values += "?" + std::to_string(r * n + i + 1) + ", ";
-        }
-        values += version + ")";
-    }
-    const std::string lsn = quote_identifier(kLsnColumn);
-    std::string key;
-    for (std::size_t k = 0; k < table.key_columns.size(); ++k) {
-        key += (k > 0 ? ", " : "") + quote_identifier(table.columns[table.key_columns[k]].name);
-    }
-    return "INSERT INTO " + target + " (" + cols + lsn + ") VALUES " + values + " ON CONFLICT (" +
-           key + ") DO UPDATE SET " + sets + lsn + " = excluded." + lsn + " WHERE excluded." + lsn +
-           " > " + target + "." + lsn;
-}
-
-/// Rows per copy_values_sql statement: as many as SQLite's parameter limit allows, up to 64.
-int copy_values_rows(sqlite3* db, const schema::Table& table) {
+/// Rows per many-row copy statement (versioned_insert_sql's `rows`): as many as SQLite's
+/// parameter limit allows, up to 64.
+int rows_per_copy_statement(sqlite3* db, const schema::Table& table) {
     const int limit = sqlite3_limit(db, SQLITE_LIMIT_VARIABLE_NUMBER, -1);
     const int per_row = int(table.columns.size());
     return std::max(1, std::min(64, (limit - 1) / std::max(1, per_row)));
 }
 
 } // namespace
-
-void SqliteDestination::copy_row(const schema::Table& table, const schema::Row& row,
-                                 schema::Lsn version) {
-    copy_rows(table, std::vector<schema::Row>{row}, version);
-}
 
 void SqliteDestination::copy_rows(const schema::Table& table, const std::vector<schema::Row>& rows,
                                   schema::Lsn version) {
@@ -719,12 +693,13 @@ void SqliteDestination::copy_rows(const schema::Table& table, const std::vector<
         if (!s.copy_untombstoned) {
             s.copy_untombstoned = prepare(versioned_insert_sql(table, true, false),
                                           "preparing the copy of " + table.target);
-            s.copy_many_rows = copy_values_rows(db_.get(), table);
-            s.copy_many = prepare(copy_values_sql(table, s.copy_many_rows),
-                                  "preparing the copy of " + table.target);
+            s.copy_many = prepare(
+                versioned_insert_sql(table, true, false, rows_per_copy_statement(db_.get(), table)),
+                "preparing the copy of " + table.target);
         }
         std::size_t done = 0;
-        const auto many = std::size_t(s.copy_many_rows);
+        const auto many =
+            std::size_t((sqlite3_bind_parameter_count(s.copy_many.get()) - 1) / std::max(n, 1));
         for (sqlite3_stmt* stmt = s.copy_many.get(); rows.size() - done >= many; done += many) {
             ResetGuard guard(stmt);
             for (std::size_t r = 0; r < many; ++r) {

@@ -74,12 +74,9 @@ public:
     /// True while a transaction begun by begin() is open.
     bool in_transaction() const;
 
-    /// A snapshot row at version C: replaces a row iff C > its version; with no row, is skipped
-    /// iff a tombstone of its key or its table is at or above C, else inserted.
-    /// `row` has one value per column of `table`, none UnchangedToast (InternalError).
-    void copy_row(const schema::Table& table, const schema::Row& row, schema::Lsn version);
-    /// copy_row for each of `rows`, with one lookup of the table's statement (the copy's hot
-    /// path: a batch of one table).
+    /// Snapshot rows at version C, in order: each replaces a row iff C > its version; with no
+    /// row, is skipped iff a tombstone of its key or its table is at or above C, else inserted.
+    /// Each row has one value per column of `table`, none UnchangedToast (InternalError).
     void copy_rows(const schema::Table& table, const std::vector<schema::Row>& rows,
                    schema::Lsn version);
 
@@ -100,7 +97,7 @@ public:
 
     /// A truncate at L: deletes every row whose version is at or below L (a row at a newer
     /// version can only come from a copy that already reflects the truncate). With
-    /// `record_tombstone`, a table-wide tombstone at L that gates copy_row and upsert as a
+    /// `record_tombstone`, a table-wide tombstone at L that gates copy_rows and upsert as a
     /// per-key one does.
     void truncate(const schema::Table& table, schema::Lsn version, bool record_tombstone);
 
@@ -158,9 +155,8 @@ private:
         std::vector<std::size_t> key_columns;
         Statement copy;
         Statement upsert;
-        Statement copy_untombstoned; ///< copy without the tombstone check
-        Statement copy_many;         ///< copy_untombstoned of copy_many_rows rows at once
-        int copy_many_rows = 0;
+        Statement copy_untombstoned;   ///< copy without the tombstone check
+        Statement copy_many;           ///< copy_untombstoned of many rows at once
         Statement upsert_untombstoned; ///< upsert without the tombstone check
         Statement remove;
         std::map<std::vector<bool>, Statement> partial; ///< by which columns are unchanged

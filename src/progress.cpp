@@ -160,22 +160,22 @@ std::vector<std::string> ProgressView::render(const replicate::Metrics& m,
 io::Task<void> show_progress(const replicate::Metrics* metrics, io::CancelToken token) {
     // Redrawn every half second, and within a tenth of one when the phase or the set of tables
     // being copied changes: a short copy still shows, and a phase never lingers on screen.
-    constexpr auto kTick = std::chrono::milliseconds(100);
-    constexpr int kTicksPerRedraw = 5;
+    using Clock = std::chrono::steady_clock;
     ProgressView view;
     try {
+        Clock::time_point drawn_at{};
         auto drawn_phase = metrics->phase;
-        std::size_t drawn_tables = metrics->snapshot_rows.size();
-        for (int tick = 0;; ++tick) {
-            const bool changed =
-                metrics->phase != drawn_phase || metrics->snapshot_rows.size() != drawn_tables;
-            if (tick % kTicksPerRedraw == 0 || changed) {
-                io::set_status_lines(view.render(*metrics, std::chrono::steady_clock::now()));
+        std::size_t drawn_tables = 0;
+        for (;;) {
+            const auto now = Clock::now();
+            if (now - drawn_at >= std::chrono::milliseconds(500) || metrics->phase != drawn_phase ||
+                metrics->snapshot_rows.size() != drawn_tables) {
+                io::set_status_lines(view.render(*metrics, now));
+                drawn_at = now;
                 drawn_phase = metrics->phase;
                 drawn_tables = metrics->snapshot_rows.size();
-                tick = 0;
             }
-            co_await io::sleep_for(kTick, token);
+            co_await io::sleep_for(std::chrono::milliseconds(100), token);
         }
     } catch (const io::Cancelled&) {
     }

@@ -74,6 +74,10 @@ protected:
     }
 
     SqliteDestination& dest() { return *dest_; }
+    /// A batch of one copied row.
+    void copy_row(const Table& table, const Row& row, Lsn version) {
+        dest().copy_rows(table, std::vector<Row>{row}, version);
+    }
 
     // Rows of `sql` read through a separate connection (so only committed data is seen), each
     // cell as text, NULL as <null>.
@@ -211,11 +215,11 @@ TEST_F(SqliteDestinationTest, EnsureTableRefusesTypeChangeAndForeignTable) {
     }
 }
 
-// ---- snapshot rows (copy_row) ------------------------------------------------------------
+// ---- snapshot rows (copy_rows) -----------------------------------------------------------
 
 TEST_F(SqliteDestinationTest, CopyRowInsertsWhenNoRowNoTombstone) {
     dest().ensure_table(items());
-    dest().copy_row(items(), item(1, "a"), lsn(100));
+    copy_row(items(), item(1, "a"), lsn(100));
     EXPECT_EQ(items_rows(), (Rows{{"1", "a", kNull, "100"}}));
 }
 
@@ -225,7 +229,7 @@ TEST_F(SqliteDestinationTest, CopyRowReplacesOnlyOlderVersion) {
     dest().upsert(items(), item(2, "stream@100"), lsn(100));
     dest().upsert(items(), item(3, "stream@101"), lsn(101));
     for (std::int64_t id = 1; id <= 3; ++id) {
-        dest().copy_row(items(), item(id, "copy@100"), lsn(100));
+        copy_row(items(), item(id, "copy@100"), lsn(100));
     }
     EXPECT_EQ(items_rows(), (Rows{{"1", "copy@100", kNull, "100"},      // C > v: replaced
                                   {"2", "stream@100", kNull, "100"},    // C = v: kept
@@ -268,7 +272,7 @@ TEST_F(SqliteDestinationTest, CopyRowRespectsKeyTombstone) {
     dest().remove(items(), Row{std::int64_t(2)}, lsn(100), true);
     dest().remove(items(), Row{std::int64_t(3)}, lsn(101), true);
     for (std::int64_t id = 1; id <= 3; ++id) {
-        dest().copy_row(items(), item(id, "copy@100"), lsn(100));
+        copy_row(items(), item(id, "copy@100"), lsn(100));
     }
     // Skip iff t >= C.
     EXPECT_EQ(items_rows(), (Rows{{"1", "copy@100", kNull, "100"}}));
@@ -276,19 +280,19 @@ TEST_F(SqliteDestinationTest, CopyRowRespectsKeyTombstone) {
 
 TEST_F(SqliteDestinationTest, CopyRowRespectsTableWideTombstone) {
     dest().ensure_table(items());
-    dest().copy_row(items(), item(1, "old"), lsn(50));
+    copy_row(items(), item(1, "old"), lsn(50));
     dest().truncate(items(), lsn(100), true);
     EXPECT_EQ(items_rows(), Rows{});
     EXPECT_EQ(tombstones(), (Rows{{"items", "*", "100"}}));
-    dest().copy_row(items(), item(1, "copy@99"), lsn(99));   // older than the truncate: skipped
-    dest().copy_row(items(), item(2, "copy@100"), lsn(100)); // t >= C: skipped
-    dest().copy_row(items(), item(3, "copy@101"), lsn(101)); // newer: inserted
+    copy_row(items(), item(1, "copy@99"), lsn(99));   // older than the truncate: skipped
+    copy_row(items(), item(2, "copy@100"), lsn(100)); // t >= C: skipped
+    copy_row(items(), item(3, "copy@101"), lsn(101)); // newer: inserted
     EXPECT_EQ(items_rows(), (Rows{{"3", "copy@101", kNull, "101"}}));
 }
 
 TEST_F(SqliteDestinationTest, TruncateKeepsRowsNewerThanItAndRaisesTableTombstone) {
     dest().ensure_table(items());
-    dest().copy_row(items(), item(1, "a"), lsn(100));
+    copy_row(items(), item(1, "a"), lsn(100));
     dest().upsert(items(), item(2, "b"), lsn(200));
     dest().truncate(items(), lsn(150), true);
     EXPECT_EQ(items_rows(), (Rows{{"2", "b", kNull, "200"}}));
@@ -318,7 +322,7 @@ TEST_F(SqliteDestinationTest, UpsertInsertsWhenNoRowNoTombstone) {
 TEST_F(SqliteDestinationTest, UpsertReplacesIffNotOlder) {
     dest().ensure_table(items());
     for (std::int64_t id = 1; id <= 3; ++id) {
-        dest().copy_row(items(), item(id, "copy@100"), lsn(100));
+        copy_row(items(), item(id, "copy@100"), lsn(100));
     }
     dest().upsert(items(), item(1, "stream@99"), lsn(99));
     dest().upsert(items(), item(2, "stream@100"), lsn(100));
@@ -341,7 +345,7 @@ TEST_F(SqliteDestinationTest, UpsertAfterTombstoneInsertsIffNotOlder) {
 
 TEST_F(SqliteDestinationTest, PartialUpdateKeepsUnchangedToastColumns) {
     dest().ensure_table(items());
-    dest().copy_row(items(), item(1, "a", std::string("huge")), lsn(100));
+    copy_row(items(), item(1, "a", std::string("huge")), lsn(100));
     dest().upsert(items(), item(1, "b", UnchangedToast{}), lsn(110));
     EXPECT_EQ(items_rows(), (Rows{{"1", "b", "huge", "110"}}));
     // An older partial update loses.
@@ -366,7 +370,7 @@ TEST_F(SqliteDestinationTest, UpdateWithUnchangedToastAndNoRowIsSkipped) {
 
 TEST_F(SqliteDestinationTest, UnchangedToastRefusedInCopyAndKeys) {
     dest().ensure_table(items());
-    EXPECT_THROW(dest().copy_row(items(), item(1, "a", UnchangedToast{}), lsn(1)), InternalError);
+    EXPECT_THROW(copy_row(items(), item(1, "a", UnchangedToast{}), lsn(1)), InternalError);
     EXPECT_THROW(dest().upsert(items(), Row{UnchangedToast{}, "a", Null{}}, lsn(1)), InternalError);
     EXPECT_THROW(dest().upsert(items(), Row{std::int64_t(1)}, lsn(1)), InternalError);
 }
@@ -376,7 +380,7 @@ TEST_F(SqliteDestinationTest, UnchangedToastRefusedInCopyAndKeys) {
 TEST_F(SqliteDestinationTest, RemoveDeletesIffNotOlderAndTombstones) {
     dest().ensure_table(items());
     for (std::int64_t id = 1; id <= 3; ++id) {
-        dest().copy_row(items(), item(id, "copy@100"), lsn(100));
+        copy_row(items(), item(id, "copy@100"), lsn(100));
     }
     dest().remove(items(), Row{std::int64_t(1)}, lsn(99), true);
     dest().remove(items(), Row{std::int64_t(2)}, lsn(100), true);
@@ -405,7 +409,7 @@ TEST_F(SqliteDestinationTest, RemoveWithoutTombstoneLeavesNone) {
     EXPECT_EQ(items_rows(), Rows{});
     EXPECT_EQ(tombstones(), Rows{});
     // With no tombstone, a late older copy reappears: that is why copies need tombstones.
-    dest().copy_row(items(), item(1, "late"), lsn(50));
+    copy_row(items(), item(1, "late"), lsn(50));
     EXPECT_EQ(items_rows(), (Rows{{"1", "late", kNull, "50"}}));
 }
 
@@ -419,7 +423,7 @@ TEST_F(SqliteDestinationTest, ClearTombstonesRemovesKeyAndTableWide) {
     dest().remove(other, Row{std::int64_t(1)}, lsn(10), true);
     dest().clear_tombstones("items");
     EXPECT_EQ(tombstones(), (Rows{{"other", "i1:1", "10"}}));
-    dest().copy_row(items(), item(1, "copy"), lsn(5));
+    copy_row(items(), item(1, "copy"), lsn(5));
     EXPECT_EQ(items_rows(), (Rows{{"1", "copy", kNull, "5"}}));
 }
 
@@ -443,8 +447,8 @@ TEST_F(SqliteDestinationTest, CompositeTextKey) {
     EXPECT_EQ(query("SELECT a FROM s__pairs"), (Rows{{"xy"}}));
     EXPECT_EQ(tombstones(), (Rows{{"s__pairs", "t1:yt1:x", "20"}}));
     // The tombstone of (y, x) does not gate (xy, "") nor ("", xy).
-    dest().copy_row(t, Row{std::string(""), std::int64_t(4), std::string("xy")}, lsn(15));
-    dest().copy_row(t, Row{std::string("x"), std::int64_t(5), std::string("y")}, lsn(15));
+    copy_row(t, Row{std::string(""), std::int64_t(4), std::string("xy")}, lsn(15));
+    copy_row(t, Row{std::string("x"), std::int64_t(5), std::string("y")}, lsn(15));
     EXPECT_EQ(query("SELECT a, n, b FROM s__pairs ORDER BY a"),
               (Rows{{"", "4", "xy"}, {"xy", "3", ""}}));
 }
@@ -478,10 +482,8 @@ TEST_F(SqliteDestinationTest, StorageClassesAreExact) {
     dest().ensure_table(t);
     const std::int64_t max = std::numeric_limits<std::int64_t>::max();
     const std::int64_t min = std::numeric_limits<std::int64_t>::min();
-    dest().copy_row(t, Row{std::int64_t(1), max, 1.1, std::string("1.50"), Blob{"\x01\x02"}},
-                    lsn(1));
-    dest().copy_row(t, Row{std::int64_t(2), min, std::string("NaN"), std::string(""), Blob{""}},
-                    lsn(1));
+    copy_row(t, Row{std::int64_t(1), max, 1.1, std::string("1.50"), Blob{"\x01\x02"}}, lsn(1));
+    copy_row(t, Row{std::int64_t(2), min, std::string("NaN"), std::string(""), Blob{""}}, lsn(1));
     dest().upsert(
         t,
         Row{std::int64_t(3), Null{}, HUGE_VAL, std::string("  42"), Blob{std::string("a\0b", 3)}},
@@ -684,7 +686,7 @@ TEST_F(SqliteDestinationTest, DurableAfterReopen) {
               (Rows{{"1", "kept", "text", "10"}}));
     EXPECT_EQ(tombstones(), (Rows{{"items", "i1:2", "11"}}));
     dest().ensure_table(items()); // existing table accepted as is
-    dest().copy_row(items(), item(2, "late"), lsn(5));
+    copy_row(items(), item(2, "late"), lsn(5));
     EXPECT_EQ(items_rows().size(), 1u);
 }
 
@@ -693,7 +695,7 @@ TEST_F(SqliteDestinationTest, ManyRowsInOneTransaction) {
     constexpr std::int64_t kRows = 20000;
     dest().begin();
     for (std::int64_t id = 0; id < kRows; ++id) {
-        dest().copy_row(items(), item(id, "v" + std::to_string(id)), lsn(100));
+        copy_row(items(), item(id, "v" + std::to_string(id)), lsn(100));
     }
     for (std::int64_t id = 0; id < kRows; id += 2) {
         dest().upsert(items(), item(id, "u"), lsn(200));
