@@ -383,6 +383,38 @@ Task<PgResult> exec_params_impl(std::shared_ptr<PgConnection::State> s, std::str
     co_return co_await finish_command(s.get(), /*copy_ok=*/false);
 }
 
+Task<void> prepare_impl(std::shared_ptr<PgConnection::State> s, std::string name,
+                        std::string sql) {
+    ensure_open(s);
+    const CommandDeadline deadline(s.get());
+    if (PQsendPrepare(s->conn, name.c_str(), sql.c_str(), 0, nullptr) == 0) {
+        throw connection_error(s->conn, "sending a statement to prepare", false);
+    }
+    co_await flush(s.get());
+    co_await finish_command(s.get(), /*copy_ok=*/false);
+}
+
+Task<PgResult> exec_prepared_binary_impl(std::shared_ptr<PgConnection::State> s, std::string name,
+                                         std::vector<std::string> params) {
+    ensure_open(s);
+    const CommandDeadline deadline(s.get());
+    std::vector<const char*> values;
+    std::vector<int> lengths;
+    const std::vector<int> formats(params.size(), 1);
+    values.reserve(params.size());
+    lengths.reserve(params.size());
+    for (const auto& p : params) {
+        values.push_back(p.data());
+        lengths.push_back(static_cast<int>(p.size()));
+    }
+    if (PQsendQueryPrepared(s->conn, name.c_str(), static_cast<int>(values.size()), values.data(),
+                            lengths.data(), formats.data(), 0) == 0) {
+        throw connection_error(s->conn, "sending a prepared statement", false);
+    }
+    co_await flush(s.get());
+    co_return co_await finish_command(s.get(), /*copy_ok=*/false);
+}
+
 Task<void> copy_start_impl(std::shared_ptr<PgConnection::State> s, std::string sql,
                            ExecStatusType expected) {
     ensure_open(s);
@@ -590,6 +622,15 @@ Task<PgResult> PgConnection::exec(std::string sql) {
 Task<PgResult> PgConnection::exec_params(std::string sql,
                                          std::vector<std::optional<std::string>> params) {
     return exec_params_impl(state_, std::move(sql), std::move(params));
+}
+
+Task<void> PgConnection::prepare(std::string name, std::string sql) {
+    return prepare_impl(state_, std::move(name), std::move(sql));
+}
+
+Task<PgResult> PgConnection::exec_prepared_binary(std::string name,
+                                                  std::vector<std::string> params) {
+    return exec_prepared_binary_impl(state_, std::move(name), std::move(params));
 }
 
 Task<void> PgConnection::copy_out_start(std::string sql) {

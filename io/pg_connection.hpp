@@ -108,6 +108,13 @@ public:
     /// Extended protocol with text parameters ($1...; nullopt is NULL). Not on replication
     /// connections.
     Task<PgResult> exec_params(std::string sql, std::vector<std::optional<std::string>> params);
+    /// Prepares the named statement `name` (extended protocol; parameter types from `sql`'s
+    /// casts). It lives as long as the connection, across transactions. Not on replication
+    /// connections.
+    Task<void> prepare(std::string name, std::string sql);
+    /// Runs the prepared statement `name` with every parameter in binary format (the
+    /// parameter type's send/recv form; none is NULL).
+    Task<PgResult> exec_prepared_binary(std::string name, std::vector<std::string> params);
 
     /// Starts `COPY ... TO STDOUT`; throws PgError if the server refuses it.
     Task<void> copy_out_start(std::string sql);

@@ -196,6 +196,40 @@ bool has_unchanged(const schema::Row& row) {
     return false;
 }
 
+void append_be32(std::string& out, std::uint32_t v) {
+    const char bytes[4] = {char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
+    out.append(bytes, 4);
+}
+
+} // namespace
+
+void PostgresDestination::TextArray::add(const schema::Value& value) {
+    ++count_;
+    if (std::holds_alternative<schema::Null>(value)) {
+        has_null_ = true;
+        append_be32(elements_, 0xffffffffu); // length -1
+        return;
+    }
+    const std::optional<std::string> text = param_of(value);
+    append_be32(elements_, std::uint32_t(text->size()));
+    elements_ += *text;
+}
+
+std::string PostgresDestination::TextArray::finish() && {
+    constexpr std::uint32_t kTextOid = 25;
+    std::string out;
+    out.reserve(20 + elements_.size());
+    append_be32(out, 1); // dimensions
+    append_be32(out, has_null_ ? 1 : 0);
+    append_be32(out, kTextOid);
+    append_be32(out, count_);
+    append_be32(out, 1); // lower bound
+    out += elements_;
+    return out;
+}
+
+namespace {
+
 /// An upsert to a new key that must read the old key's row for its unchanged TOAST columns.
 bool is_move(const Change& c) {
     return c.kind == Change::Kind::Upsert && !c.moved_from.empty() && has_unchanged(c.values);
@@ -268,9 +302,6 @@ io::Task<void> PostgresDestination::begin() {
     }
     co_await run("BEGIN", "starting a transaction");
     in_transaction_ = true;
-    for (auto& [target, staging] : staging_) {
-        staging.used = false;
-    }
 }
 
 io::Task<void> PostgresDestination::end_copy() {
@@ -442,7 +473,6 @@ io::Task<void> PostgresDestination::rollback() {
         } catch (const DestinationError&) {
         }
     }
-    staging_.clear(); // staging tables created in this transaction vanish with it
     if (in_transaction_) {
         in_transaction_ = false;
         co_await run("ROLLBACK", "rolling back");
@@ -577,7 +607,6 @@ io::Task<void> PostgresDestination::ensure_table(const schema::Table& table, Ret
                               (retype == Retype::Cast ? column + "::" + type : "NULL");
             std::string doing = "changing the type of column \"" + c.name + "\" of " + target;
             co_await run(std::move(sql), std::move(doing));
-            staging_.erase(target); // its staging table has the old type
         } else if (it->second != type_of(table, i)) {
             problems += "; column \"" + c.name + "\" is " + it->second +
                         " in the destination but " + type_of(table, i) + " on the source";
@@ -792,103 +821,121 @@ io::Task<void> PostgresDestination::merge(const std::vector<const Change*>& upse
     const schema::Table& table =
         upserts.empty() ? *deletes.front()->table : *upserts.front()->table;
     const std::string target = target_sql(table);
-    std::vector<std::string> columns = column_names(table);
-    auto found = staging_.find(target);
-    if (found == staging_.end() || found->second.columns != columns) {
-        Staging staging;
-        staging.name = quote_identifier("_pgtide_stage_" + std::to_string(++staging_count_));
-        staging.columns = columns;
-        std::string ddl = "CREATE TEMP TABLE " + staging.name + " (\"_pgtide_op\" \"char\"";
-        for (std::size_t c = 0; c < table.columns.size(); ++c) {
-            ddl += ", " + quote_identifier(table.columns[c].name) + " " + type_of(table, c);
+    const Merge statements = co_await merge_statements(table);
+    if (!upserts.empty()) {
+        std::vector<TextArray> columns(table.columns.size() + 1);
+        for (const Change* c : upserts) {
+            for (std::size_t col = 0; col < table.columns.size(); ++col) {
+                columns[col].add(c->values.at(col));
+            }
+            columns.back().add(schema::Value(std::int64_t(c->version.value())));
         }
-        ddl += std::string(", ") + kLsnColumn + " bigint) ON COMMIT DELETE ROWS";
-        co_await run(std::move(ddl), "creating a staging table for " + target);
-        staging_[target] = std::move(staging);
-        found = staging_.find(target);
+        // Named first: GCC 12 mishandles temporaries built inside a co_await expression.
+        std::string what = "merging " + std::to_string(upserts.size()) + " upserts into " + target;
+        co_await run_prepared(statements.upsert, std::move(columns), std::move(what));
     }
-    Staging& staging = found->second;
-    if (staging.used) {
-        // TRUNCATE, not DELETE: deleted rows stay until COMMIT, and every later merge of the
-        // transaction scanned them all again (a transaction merges tens of batches). The first
-        // TRUNCATE of a transaction gives the table a new file; later ones empty that in place.
-        co_await run("TRUNCATE " + staging.name, "emptying the staging table of " + target);
+    if (!deletes.empty()) {
+        std::vector<TextArray> keys(table.key_columns.size() + 1);
+        for (const Change* c : deletes) {
+            for (std::size_t k = 0; k < table.key_columns.size(); ++k) {
+                keys[k].add(c->values.at(k));
+            }
+            keys.back().add(schema::Value(std::int64_t(c->version.value())));
+        }
+        std::string what = "merging " + std::to_string(deletes.size()) + " deletes into " + target;
+        co_await run_prepared(statements.remove, std::move(keys), std::move(what));
     }
-    staging.used = true;
+}
 
-    const std::string list = join_quoted(columns);
-    std::string copy =
-        "COPY " + staging.name + " (\"_pgtide_op\", " + list + ", " + kLsnColumn + ") FROM STDIN";
+io::Task<PostgresDestination::Merge>
+PostgresDestination::merge_statements(const schema::Table& table) {
+    const std::string target = target_sql(table);
+    // The column types are part of the shape: the statements cast to them.
+    std::string shape = target;
+    for (std::size_t c = 0; c < table.columns.size(); ++c) {
+        shape += '\n' + table.columns[c].name + '\t' + type_of(table, c);
+    }
+    const auto found = merges_.find(shape);
+    if (found != merges_.end()) {
+        co_return found->second;
+    }
+    // Every value travels as text (the source's output) in a text[] parameter per column, and
+    // is cast to its column's type by the statement: the input function reads it back, as COPY
+    // would, with no staging table to fill, scan and empty.
+    const std::string n = std::to_string(merges_.size() + 1);
+    Merge merge{"pgtide_upsert_" + n, "pgtide_delete_" + n};
+    std::string list;
+    std::string select;
+    std::string set;
+    std::string unnest;
+    for (std::size_t c = 0; c < table.columns.size(); ++c) {
+        const std::string col = quote_identifier(table.columns[c].name);
+        const std::string alias = "_c" + std::to_string(c + 1);
+        list += col + ", ";
+        select += "s." + alias + "::" + type_of(table, c) + ", ";
+        unnest += "pg_catalog.unnest($" + std::to_string(c + 1) + "::pg_catalog.text[]), ";
+        if (!table.columns[c].key) {
+            set += col + " = excluded." + col + ", ";
+        }
+    }
+    std::string aliases;
+    for (std::size_t c = 0; c < table.columns.size(); ++c) {
+        aliases += "_c" + std::to_string(c + 1) + ", ";
+    }
+    std::vector<std::string> keys;
+    for (auto k : table.key_columns) {
+        keys.push_back(table.columns[k].name);
+    }
+    std::string upsert = "INSERT INTO " + target + " AS d (" + list + kLsnColumn + ") SELECT " +
+                         select + "s._v::bigint FROM ROWS FROM (" + unnest +
+                         "pg_catalog.unnest($" + std::to_string(table.columns.size() + 1) +
+                         "::pg_catalog.text[])) AS s(" + aliases + "_v) ON CONFLICT (" +
+                         join_quoted(keys) + ") DO UPDATE SET " + set + kLsnColumn +
+                         " = excluded." + kLsnColumn + " WHERE d." + kLsnColumn +
+                         " <= excluded." + kLsnColumn;
+    std::string key_unnest;
+    std::string key_aliases;
+    std::string where;
+    for (std::size_t k = 0; k < table.key_columns.size(); ++k) {
+        const std::size_t c = table.key_columns[k];
+        const std::string alias = "_k" + std::to_string(k + 1);
+        key_unnest += "pg_catalog.unnest($" + std::to_string(k + 1) + "::pg_catalog.text[]), ";
+        key_aliases += alias + ", ";
+        where += "d." + quote_identifier(table.columns[c].name) + " = s." + alias +
+                 "::" + type_of(table, c) + " AND ";
+    }
+    std::string remove = "DELETE FROM " + target + " AS d USING ROWS FROM (" + key_unnest +
+                         "pg_catalog.unnest($" + std::to_string(table.key_columns.size() + 1) +
+                         "::pg_catalog.text[])) AS s(" + key_aliases + "_v) WHERE " + where +
+                         "d." + kLsnColumn + " <= s._v::bigint";
     if (!copying_.empty()) {
         co_await end_copy(); // rows of a table copied beside the stream
     }
     try {
-        co_await conn_.copy_in_start(std::move(copy));
+        co_await conn_.prepare(merge.upsert, std::move(upsert));
+        co_await conn_.prepare(merge.remove, std::move(remove));
     } catch (const io::PgError& e) {
-        fail(e, "staging the changes of " + target);
+        fail(e, "preparing the merge statements of " + target);
     }
-    copying_ = staging.name;
-    std::string buffer;
-    for (const Change* c : upserts) {
-        buffer += "u\t";
-        for (const auto& value : c->values) {
-            append_copy_value(buffer, value);
-            buffer += '\t';
-        }
-        buffer += lsn_text(c->version);
-        buffer += '\n';
-        co_await send_copy(buffer, false);
-    }
-    for (const Change* c : deletes) {
-        buffer += "d\t";
-        for (std::size_t col = 0; col < table.columns.size(); ++col) {
-            std::size_t k = 0;
-            while (k < table.key_columns.size() && table.key_columns[k] != col) {
-                ++k;
-            }
-            if (k < table.key_columns.size()) {
-                append_copy_value(buffer, c->values.at(k));
-            } else {
-                buffer += "\\N";
-            }
-            buffer += '\t';
-        }
-        buffer += lsn_text(c->version);
-        buffer += '\n';
-        co_await send_copy(buffer, false);
-    }
-    co_await send_copy(buffer, true);
-    co_await end_copy();
+    merges_.emplace(std::move(shape), merge);
+    co_return merge;
+}
 
-    std::string sql;
-    if (!upserts.empty()) {
-        std::vector<std::string> keys;
-        for (auto k : table.key_columns) {
-            keys.push_back(table.columns[k].name);
-        }
-        sql += "INSERT INTO " + target + " AS d (" + list + ", " + kLsnColumn + ") SELECT " + list +
-               ", " + kLsnColumn + " FROM " + staging.name +
-               " WHERE \"_pgtide_op\" = 'u' ON CONFLICT (" + join_quoted(keys) + ") DO UPDATE SET ";
-        for (std::size_t c = 0; c < table.columns.size(); ++c) {
-            if (!table.columns[c].key) {
-                const std::string col = quote_identifier(table.columns[c].name);
-                sql += col + " = excluded." + col + ", ";
-            }
-        }
-        sql += std::string(kLsnColumn) + " = excluded." + kLsnColumn + " WHERE d." + kLsnColumn +
-               " <= excluded." + kLsnColumn + ";";
+io::Task<void> PostgresDestination::run_prepared(std::string name, std::vector<TextArray> arrays,
+                                                 std::string what) {
+    if (!copying_.empty()) {
+        co_await end_copy();
     }
-    if (!deletes.empty()) {
-        sql += "DELETE FROM " + target + " AS d USING " + staging.name +
-               " AS s WHERE s.\"_pgtide_op\" = 'd'";
-        for (auto k : table.key_columns) {
-            const std::string col = quote_identifier(table.columns[k].name);
-            sql += " AND d." + col + " = s." + col;
-        }
-        sql += std::string(" AND d.") + kLsnColumn + " <= s." + kLsnColumn + ";";
+    std::vector<std::string> params;
+    params.reserve(arrays.size());
+    for (auto& a : arrays) {
+        params.push_back(std::move(a).finish());
     }
-    co_await run(std::move(sql), "merging " + std::to_string(upserts.size()) + " upserts and " +
-                                     std::to_string(deletes.size()) + " deletes into " + target);
+    try {
+        co_await conn_.exec_prepared_binary(std::move(name), std::move(params));
+    } catch (const io::PgError& e) {
+        fail(e, what);
+    }
 }
 
 io::Task<void> PostgresDestination::update_partial(const Change& change) {

@@ -20,10 +20,11 @@
 //    epoch, and no stream change is applied before the copy completes, so every key arrives
 //    into an empty slot and "replace iff C > v" never has a row to compare with.
 //  * Stream changes are reduced to the last change per key (an update with unchanged TOAST
-//    columns takes them from an earlier change of the same key in the batch), COPYed into a
-//    temporary staging table, and merged with one `INSERT … ON CONFLICT … DO UPDATE … WHERE
-//    _pgtide_lsn <= excluded._pgtide_lsn` and one `DELETE … USING staging WHERE _pgtide_lsn
-//    <= staged version`. An update whose TOAST columns stay unknown becomes an UPDATE of the
+//    columns takes them from an earlier change of the same key in the batch) and merged with
+//    one prepared `INSERT … SELECT … FROM unnest(…) ON CONFLICT … DO UPDATE … WHERE
+//    _pgtide_lsn <= excluded._pgtide_lsn` and one prepared `DELETE … USING unnest(…) WHERE
+//    _pgtide_lsn <= the change's version`. Each column travels as one binary text[] parameter
+//    of the source's text values, cast to the column's type in the statement. An update whose TOAST columns stay unknown becomes an UPDATE of the
 //    known columns (none when the row is absent: the rules' skip). A truncate at L deletes the
 //    rows at or below L, at its place in the batch. An update that changed the key and left
 //    TOAST columns unchanged becomes an INSERT … SELECT from the old key's row, after what came
@@ -32,6 +33,7 @@
 //    applier's stream starts after the snapshot), which is the only case they exist for.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -85,11 +87,22 @@ public:
     static std::string target_sql(const schema::Table& table);
 
 private:
-    /// The staging table of one target table, for one shape of its columns.
-    struct Staging {
-        std::string name; ///< quoted, in pg_temp
-        std::vector<std::string> columns;
-        bool used = false; ///< holds rows of an earlier batch of the open transaction
+    /// The prepared merge statements of one target table, for one shape of its columns.
+    struct Merge {
+        std::string upsert; ///< statement name: INSERT … ON CONFLICT … DO UPDATE … WHERE
+        std::string remove; ///< statement name: versioned DELETE … USING
+    };
+    /// One column's values of a batch as a binary `text[]` parameter (array_recv's input).
+    class TextArray {
+    public:
+        /// Appends a value: NULL, or source text (an integer is written in decimal).
+        void add(const schema::Value& value);
+        std::string finish() &&;
+
+    private:
+        std::string elements_;
+        std::uint32_t count_ = 0;
+        bool has_null_ = false;
     };
 
     PostgresDestination(io::PgConnection conn, std::string target);
@@ -111,6 +124,9 @@ private:
     io::Task<void> ensure_table(const schema::Table& table, Retype retype = Retype::Refuse);
     io::Task<void> merge(const std::vector<const Change*>& upserts,
                          const std::vector<const Change*>& deletes);
+    /// The merge statements of `table`'s target for its current columns, prepared on first use.
+    io::Task<Merge> merge_statements(const schema::Table& table);
+    io::Task<void> run_prepared(std::string name, std::vector<TextArray> arrays, std::string what);
     io::Task<void> update_partial(const Change& change);
     io::Task<void> truncate(const Change& change);
     io::Task<void> move_row(const Change& change);
@@ -121,8 +137,7 @@ private:
     bool in_transaction_ = false;
     std::string copying_;                    ///< target table of the COPY left open; "" when none
     std::vector<std::string> copy_columns_;  ///< its column list
-    std::map<std::string, Staging> staging_; ///< by target table
-    int staging_count_ = 0;
+    std::map<std::string, Merge> merges_; ///< by target table and its columns' names and types
 };
 
 } // namespace pgtide::replicate
