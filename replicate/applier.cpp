@@ -252,6 +252,11 @@ io::Task<void> Applier::apply(ApplyWork work) {
     }
     if (auto* done = std::get_if<CopyComplete>(&work)) {
         const auto& t = *tables_.at(done->table);
+        if (!in_transaction_) {
+            transaction_started_ = now;
+        }
+        in_transaction_ = true;
+        co_await destination_.table_copied(tables_.at(done->table));
         // A table copied alone is ready as soon as it is whole: the stream applies its changes
         // from its copy's version on (DESIGN §4 "Copy ranges"), and a kill now does not copy
         // it again.

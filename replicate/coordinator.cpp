@@ -26,6 +26,7 @@
 #include "replicate/sqlite_writer.hpp"
 #include "replicate/stream.hpp"
 #include "schema/codec.hpp"
+#include "schema/pg_types.hpp"
 #include "schema/sql_quote.hpp"
 
 namespace pgtide::replicate {
@@ -204,6 +205,11 @@ destination_tables(std::vector<SourceTable>& source_tables, bool source_text) {
     }
     for (auto& st : source_tables) {
         st.table.source_text = source_text;
+        st.table.copy_binary =
+            source_text && std::all_of(st.columns.begin(), st.columns.end(),
+                                       [](const SourceColumn& c) {
+                                           return schema::binary_portable(c.type_oid);
+                                       });
         if (source_text &&
             st.table.target == schema::default_target_name(st.table.schema, st.table.name)) {
             st.table.target = st.table.schema + "." + st.table.name;
@@ -214,7 +220,8 @@ destination_tables(std::vector<SourceTable>& source_tables, bool source_text) {
         tables.push_back(std::make_shared<const schema::Table>(st.table));
         for (std::size_t c = 0; c < st.table.columns.size(); ++c) {
             const bool binary =
-                !st.table.source_text && schema::has_binary_decoder(st.table.columns[c].type);
+                st.table.copy_binary ||
+                (!st.table.source_text && schema::has_binary_decoder(st.table.columns[c].type));
             io::log_debug(binary ? "column copied in binary" : "column copied as text",
                           {{"table", st.table.qualified()},
                            {"column", st.table.columns[c].name},

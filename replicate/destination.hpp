@@ -91,6 +91,10 @@ public:
     /// Snapshot rows of `table` at version `version` (the slot's consistent LSN).
     virtual io::Task<void> copy_rows(std::shared_ptr<const schema::Table> table,
                                      std::vector<schema::Row> rows, schema::Lsn version) = 0;
+    /// Every row of `table`'s copy has been handed to copy_rows: whatever the copy put off (a
+    /// PostgreSQL destination's primary key) is done now, in the current transaction, before
+    /// any stream change of the table.
+    virtual io::Task<void> table_copied(std::shared_ptr<const schema::Table> table) = 0;
     /// Stream changes in source order (each with its transaction's commit LSN as version).
     /// Per key, the effect is that of applying them one by one.
     virtual io::Task<void> apply_changes(std::vector<Change> changes) = 0;

@@ -626,6 +626,17 @@ io::Task<void> PostgresDestination::ensure_table(const schema::Table& table, Ret
     for (auto k : table.key_columns) {
         want.push_back(table.columns[k].name);
     }
+    if (have.empty() && !want.empty()) {
+        // A copy into the table (or one about to start) dropped the key until it is whole
+        // (drop_key).
+        io::PgResult copying = co_await run_params(
+            std::string("SELECT 1 FROM ") + kTablesTable +
+                " WHERE target_table = $1 AND state IN ('init', 'copying') LIMIT 1",
+            params(table.target), what);
+        if (copying.rows() == 1) {
+            have = want;
+        }
+    }
     if (have != want) {
         problems += "; its primary key is (" + join_quoted(have) + ") but the source's key is (" +
                     join_quoted(want) + ")";
@@ -651,6 +662,9 @@ io::Task<void> PostgresDestination::reset_tables(std::string slot,
     if (!truncate.empty()) {
         co_await run(std::move(truncate), "emptying the tables for a new epoch");
     }
+    for (const auto& t : tables) {
+        co_await drop_key(t);
+    }
     co_await run_params(std::string("DELETE FROM ") + kTablesTable + " WHERE slot_name = $1",
                         params(slot), "removing the table states of slot " + slot);
 }
@@ -663,6 +677,35 @@ io::Task<void> PostgresDestination::empty_tables(std::vector<schema::Table> tabl
                             params(t.target), "removing the tombstones of " + t.target);
         co_await run("TRUNCATE " + target_sql(t), "emptying " + t.target + " for its copy");
         co_await ensure_table(t, Retype::Empty); // the source's columns as they are now
+        co_await drop_key(t);
+    }
+}
+
+io::Task<void> PostgresDestination::drop_key(const schema::Table& table) {
+    const std::string target = target_sql(table);
+    io::PgResult pk = co_await run_params(
+        "SELECT conname FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'p'",
+        params(target), "reading the primary key of " + target);
+    if (pk.rows() == 1) {
+        std::string sql = "ALTER TABLE " + target + " DROP CONSTRAINT " +
+                          quote_identifier(std::string(pk.get(0, 0)));
+        co_await run(std::move(sql), "dropping the primary key of " + target + " for its copy");
+    }
+}
+
+io::Task<void> PostgresDestination::table_copied(std::shared_ptr<const schema::Table> table) {
+    co_await begin();
+    const std::string target = target_sql(*table);
+    io::PgResult pk = co_await run_params(
+        "SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'p'",
+        params(target), "reading the primary key of " + target);
+    if (pk.rows() == 0) {
+        std::vector<std::string> keys;
+        for (auto k : table->key_columns) {
+            keys.push_back(table->columns[k].name);
+        }
+        std::string sql = "ALTER TABLE " + target + " ADD PRIMARY KEY (" + join_quoted(keys) + ")";
+        co_await run(std::move(sql), "adding the primary key of " + target + " after its copy");
     }
 }
 
@@ -700,13 +743,16 @@ io::Task<void> PostgresDestination::copy_rows(std::shared_ptr<const schema::Tabl
                                               std::vector<schema::Row> rows, schema::Lsn version) {
     co_await begin();
     const std::string target = target_sql(*table);
+    const bool binary = table->copy_binary;
     std::vector<std::string> columns = column_names(*table);
+    columns.emplace_back(binary ? "binary" : "text"); // the format is part of the open COPY
+    std::string buffer;
     if (copying_ != target || copy_columns_ != columns) {
         if (!copying_.empty()) {
             co_await end_copy();
         }
-        std::string sql =
-            "COPY " + target + " (" + join_quoted(columns) + ", " + kLsnColumn + ") FROM STDIN";
+        std::string sql = "COPY " + target + " (" + join_quoted(column_names(*table)) + ", " +
+                          kLsnColumn + ") FROM STDIN" + (binary ? " (FORMAT binary)" : "");
         try {
             co_await conn_.copy_in_start(std::move(sql));
         } catch (const io::PgError& e) {
@@ -714,9 +760,43 @@ io::Task<void> PostgresDestination::copy_rows(std::shared_ptr<const schema::Tabl
         }
         copying_ = target;
         copy_columns_ = std::move(columns);
+        if (binary) {
+            // Signature, flags, header extension length. The trailer is optional: CopyDone
+            // ends the data.
+            buffer.append("PGCOPY\n\xff\r\n\0", 11);
+            append_be32(buffer, 0);
+            append_be32(buffer, 0);
+        }
+    }
+    if (binary) {
+        // Values are the source's binary COPY fields, passed through; then _pgtide_lsn.
+        const auto fields = std::uint16_t(table->columns.size() + 1);
+        const auto lsn = std::uint64_t(std::int64_t(version.value()));
+        for (const auto& row : rows) {
+            buffer += char(fields >> 8);
+            buffer += char(fields & 0xff);
+            for (const auto& value : row) {
+                if (const auto* bytes = std::get_if<std::string>(&value)) {
+                    append_be32(buffer, std::uint32_t(bytes->size()));
+                    buffer += *bytes;
+                } else if (std::holds_alternative<schema::Null>(value)) {
+                    append_be32(buffer, 0xffffffffu);
+                } else {
+                    throw InternalError("a binary copy into a PostgreSQL destination was "
+                                        "handed a value that is not the source's bytes");
+                }
+            }
+            append_be32(buffer, 8);
+            append_be32(buffer, std::uint32_t(lsn >> 32));
+            append_be32(buffer, std::uint32_t(lsn));
+            if (buffer.size() >= kCopyChunk) {
+                co_await send_copy(buffer, false);
+            }
+        }
+        co_await send_copy(buffer, true);
+        co_return;
     }
     const std::string version_text = lsn_text(version);
-    std::string buffer;
     for (const auto& row : rows) {
         for (const auto& value : row) {
             append_copy_value(buffer, value);

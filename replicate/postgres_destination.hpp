@@ -15,7 +15,9 @@
 // in the schema `public`.
 //
 // Versions (DESIGN §5), set-based:
-//  * Snapshot rows are COPYed straight into the target table: an epoch starts by emptying its
+//  * Snapshot rows are COPYed straight into the target table, without its primary key (added
+//    back when the copy is whole, before any stream change of the table; a table recorded as
+//    copying may lack it): an epoch starts by emptying its
 //    tables in the same transaction as its checkpoint, the readers read each key once per
 //    epoch, and no stream change is applied before the copy completes, so every key arrives
 //    into an empty slot and "replace iff C > v" never has a row to compare with.
@@ -69,6 +71,8 @@ public:
     io::Task<void> apply_changes(std::vector<Change> changes) override;
     io::Task<void> reset_tables(std::string slot, std::vector<schema::Table> tables) override;
     io::Task<void> empty_tables(std::vector<schema::Table> tables) override;
+    /// Adds the primary key that emptying the table for its copy dropped.
+    io::Task<void> table_copied(std::shared_ptr<const schema::Table> table) override;
     io::Task<void> request_copies(std::string slot,
                                   std::vector<std::string> source_tables) override;
     io::Task<void> forget_tables(std::string slot, std::vector<std::string> source_tables) override;
@@ -122,6 +126,10 @@ private:
     /// Creates the target table, or adds the columns it lacks and deals with changed types as
     /// `retype` says.
     io::Task<void> ensure_table(const schema::Table& table, Retype retype = Retype::Refuse);
+    /// Drops the primary key of `table`'s target, emptied for a copy: the index is built once
+    /// the copy is whole (table_copied), from sorted keys, instead of row by row (more than half
+    /// of a copy's time on the destination).
+    io::Task<void> drop_key(const schema::Table& table);
     io::Task<void> merge(const std::vector<const Change*>& upserts,
                          const std::vector<const Change*>& deletes);
     /// The merge statements of `table`'s target for its current columns, prepared on first use.

@@ -16,6 +16,16 @@ namespace pgtide::replicate {
 
 namespace {
 
+/// A key as its columns' text output (`texts`, one per key column), for messages.
+std::string describe_key(const schema::Table& table, const std::vector<std::string>& texts) {
+    std::string s;
+    for (std::size_t i = 0; i < table.key_columns.size() && i < texts.size(); ++i) {
+        s += (i ? ", " : "") + table.columns[table.key_columns[i]].name + "=" +
+             (texts[i].size() > 64 ? texts[i].substr(0, 64) + "…" : texts[i]);
+    }
+    return s;
+}
+
 std::string describe_key(const schema::Table& table, const schema::Row& row) {
     std::string s;
     for (std::size_t i = 0; i < table.key_columns.size(); ++i) {
@@ -116,7 +126,7 @@ std::string SnapshotCopier::page_query(const SourceTable& st, const std::vector<
             select += ", ";
         }
         const std::string column = "src." + schema::quote_identifier(t.columns[i].name);
-        if (!t.source_text && schema::has_binary_decoder(t.columns[i].type)) {
+        if (t.copy_binary || (!t.source_text && schema::has_binary_decoder(t.columns[i].type))) {
             select += column;
         } else {
             // The type's output function, as the stream prints it: `::text` is not always
@@ -125,9 +135,10 @@ std::string SnapshotCopier::page_query(const SourceTable& st, const std::vector<
                 "CASE WHEN " + column + " IS NULL THEN NULL ELSE format('%s', " + column + ") END";
         }
     }
-    // The text form of every non-integer key column, for the next page's literals.
+    // The text form of every non-integer key column (of every key column when the values stay
+    // binary), for the next page's literals.
     for (auto k : t.key_columns) {
-        if (t.columns[k].storage != schema::StorageClass::Integer) {
+        if (t.copy_binary || t.columns[k].storage != schema::StorageClass::Integer) {
             select += ", " + schema::quote_identifier(t.columns[k].name) + "::text";
         }
     }
@@ -456,19 +467,16 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
                                                 t.qualified());
                     }
                 }
-                if (row_bytes > options_.max_row_bytes) {
-                    throw DefiniteError(
-                        ExitCode::Other,
-                        "row of " + t.qualified() + " (key " + describe_key(t, row) + ") is " +
-                            std::to_string(row_bytes) + " bytes, over max_row_bytes " +
-                            std::to_string(options_.max_row_bytes));
-                }
                 // The key of the last row read, kept raw: only the page's last row becomes
                 // literals (escaping every row's key would allocate for each).
                 std::size_t extra = t.columns.size();
                 for (std::size_t n = 0; n < t.key_columns.size(); ++n) {
                     const auto k = t.key_columns[n];
-                    if (t.source_text) {
+                    if (t.copy_binary) {
+                        // The value is binary: its text output was selected after the columns.
+                        const auto& f = fields.at(extra++);
+                        last_key[n].assign(f ? *f : std::string_view{});
+                    } else if (t.source_text) {
                         // The value is the column's text output already.
                         if (t.columns[k].storage != schema::StorageClass::Integer) {
                             ++extra;
@@ -480,6 +488,15 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
                         const auto& f = fields.at(extra++);
                         last_key[n].assign(f ? *f : std::string_view{});
                     }
+                }
+                if (row_bytes > options_.max_row_bytes) {
+                    const std::string key =
+                        t.copy_binary ? describe_key(t, last_key) : describe_key(t, row);
+                    throw DefiniteError(ExitCode::Other,
+                                        "row of " + t.qualified() + " (key " + key + ") is " +
+                                            std::to_string(row_bytes) +
+                                            " bytes, over max_row_bytes " +
+                                            std::to_string(options_.max_row_bytes));
                 }
                 batch_bytes += row_bytes + 16 * row.size();
                 batch.rows.push_back(std::move(row));

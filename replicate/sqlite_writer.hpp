@@ -32,6 +32,8 @@ public:
     io::Task<void> apply_changes(std::vector<Change> changes) override;
     io::Task<void> reset_tables(std::string slot, std::vector<schema::Table> tables) override;
     io::Task<void> empty_tables(std::vector<schema::Table> tables) override;
+    /// Nothing: SQLite tables keep their keys while they are copied.
+    io::Task<void> table_copied(std::shared_ptr<const schema::Table>) override { co_return; }
     io::Task<void> request_copies(std::string slot,
                                   std::vector<std::string> source_tables) override;
     io::Task<void> forget_tables(std::string slot, std::vector<std::string> source_tables) override;

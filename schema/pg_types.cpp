@@ -320,6 +320,16 @@ std::uint32_t builtin_array_element(std::uint32_t array_oid) {
     return it->element;
 }
 
+bool binary_portable(std::uint32_t type_oid) {
+    // regproc, regprocedure, regoper, regoperator, regclass, regtype, regconfig, regdictionary,
+    // regnamespace, regrole, regcollation and their arrays; aclitem and its array.
+    static constexpr std::uint32_t kLocal[] = {24,   1008, 1033, 1034, 2202, 2203, 2204, 2205,
+                                               2206, 2207, 2208, 2209, 2210, 2211, 3734, 3735,
+                                               3769, 3770, 4089, 4090, 4096, 4097, 4191, 4192};
+    return type_oid != 0 && type_oid < oid::kFirstNormalObjectId &&
+           std::find(std::begin(kLocal), std::end(kLocal), type_oid) == std::end(kLocal);
+}
+
 std::uint32_t builtin_array_of(std::uint32_t element_oid) {
     for (const auto& a : kArrayTypes) {
         if (a.element == element_oid) {

@@ -84,5 +84,11 @@ std::uint32_t builtin_array_element(std::uint32_t array_oid);
 
 /// The built-in array type whose elements are `element_oid`; 0 when there is none.
 std::uint32_t builtin_array_of(std::uint32_t element_oid);
+/// Whether values of the type `type_oid` (a column's atttypid) keep their meaning in binary
+/// COPY form from one cluster to another of any supported version: built-in types, except
+/// those whose binary form is a cluster's own OIDs (the reg* types, e.g. regclass, and their
+/// arrays) or that have none (aclitem). User types (also domains, enums, composites and their
+/// arrays) are not: composite and array values name their types' OIDs.
+bool binary_portable(std::uint32_t type_oid);
 
 } // namespace pgtide::schema

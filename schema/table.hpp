@@ -44,6 +44,10 @@ struct Table {
     /// PostgreSQL destination reads back with the same types (readers and the stream then
     /// select and decode every column as text).
     bool source_text = false;
+    /// With source_text: rows of a copy carry each value as the source's binary COPY output
+    /// instead, passed through to the destination's binary COPY (every column's type is
+    /// binary_portable). Stream changes stay text.
+    bool copy_binary = false;
     /// pg_class.oid of the source table (0 when not read from the catalog): the same name with
     /// another OID is a table dropped and created again.
     std::uint32_t source_oid = 0;

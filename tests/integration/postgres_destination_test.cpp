@@ -2,6 +2,7 @@
 // source, compared as text row by row (hidden columns excluded).
 #include <chrono>
 #include <csignal>
+#include <fstream>
 #include <memory>
 #include <thread>
 #include <tuple>
@@ -235,6 +236,67 @@ TEST_F(PostgresDestination, KilledWhileStreamingRestartsExactly) {
                     slot() + "'");
     const std::string checkpoint = pg().query_value(dest_db_, "SELECT lsn FROM _pgtide_checkpoint");
     EXPECT_LE(std::stoll(confirmed), std::stoll(checkpoint));
+}
+
+// A copy into PostgreSQL loads the table without its primary key and adds it once the copy is
+// whole (building the index from sorted keys, not row by row). Seen without it mid-copy and
+// killed there, the next run finishes the copy, adds the key, and streams on: its merges
+// (INSERT … ON CONFLICT) need the key.
+// Broken on purpose: without the key added back, the second run failed ("there is no unique or
+// exclusion constraint matching the ON CONFLICT specification"); with the key kept during the
+// copy, the check mid-copy failed.
+TEST_F(PostgresDestination, CopyAddsThePrimaryKeyOnceWholeAlsoAfterAKill) {
+    PGTIDE_REQUIRE_PG();
+    exec("CREATE TABLE big (id bigint PRIMARY KEY, v text NOT NULL);"
+         "INSERT INTO big SELECT g, 'value ' || g FROM generate_series(1, 200000) g;"
+         "CREATE PUBLICATION pub FOR TABLE big");
+    const std::string config = (dir_ / "pgtide.toml").string();
+    {
+        // Small pages and batches: the copy commits every 1,000 rows and lasts long enough to
+        // be seen and killed inside.
+        std::ofstream f(config);
+        f << "[source]\ndsn = \"" << dsn() << "\"\npublications = [\"pub\"]\nslot = \"" << slot()
+          << "\"\n[destination]\nurl = \"" << dest_url()
+          << "\"\n[snapshot]\npage_rows = 1000\nbatch_rows = 200\n";
+    }
+    const std::vector<std::string> args{"run", "-c", config};
+    const std::string key_sql = "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON "
+                                "a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) WHERE "
+                                "i.indrelid = 'big'::regclass AND i.indisprimary";
+    {
+        PgtideProcess p(args);
+        ASSERT_TRUE(wait_for([&] {
+            try {
+                const Rows r = dest_query("SELECT rows_copied FROM _pgtide_tables WHERE "
+                                          "source_table = 'public.big' AND state = 'copying'");
+                return r.size() == 1 && r[0][0] && std::stoll(*r[0][0]) > 0;
+            } catch (const std::exception&) {
+                return false; // the metadata tables are not there yet
+            }
+        })) << p.stderr_text();
+        EXPECT_TRUE(dest_query(key_sql).empty()) << "the key is there while the table is copied";
+        p.kill(SIGKILL);
+        p.wait();
+    }
+    const Rows copied = dest_query("SELECT count(*) FROM big");
+    ASSERT_EQ(copied.size(), 1u);
+    EXPECT_LT(std::stoll(*copied[0][0]), 200000) << "the copy was not killed inside";
+
+    std::vector<std::string> once = args;
+    once.push_back("--once");
+    std::string out;
+    std::string err;
+    ASSERT_EQ(PgtideProcess::run(once, &out, &err), 0) << err;
+    const Rows key = dest_query(key_sql);
+    ASSERT_EQ(key.size(), 1u);
+    EXPECT_EQ(key[0][0], std::optional<std::string>("id"));
+    expect_same("SELECT id, v FROM big ORDER BY id");
+
+    exec("UPDATE big SET v = 'updated' WHERE id % 7 = 0;"
+         "DELETE FROM big WHERE id % 11 = 0;"
+         "INSERT INTO big SELECT g, 'new ' || g FROM generate_series(200001, 201000) g");
+    ASSERT_EQ(PgtideProcess::run(once, &out, &err), 0) << err;
+    expect_same("SELECT id, v FROM big ORDER BY id");
 }
 
 // Broken on purpose once, then reverted: Coordinator::run_phases (replicate/coordinator.cpp)

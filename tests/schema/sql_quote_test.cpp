@@ -27,6 +27,20 @@ TEST(SqlQuote, SqliteLiterals) {
     EXPECT_THROW(quote_sqlite_literal(std::string("\0", 1)), std::invalid_argument);
 }
 
+// Built-in types go to another cluster in binary COPY form; user types and the types whose
+// binary form is the cluster's own OIDs (regclass 2205 and its array 2210, regtype 2206,
+// regrole 4096) or that have none (aclitem 1033) do not.
+TEST(PgTypes, BinaryPortable) {
+    for (const std::uint32_t t : {oid::kInt8, oid::kText, oid::kNumeric, oid::kTimestamptz,
+                                  oid::kJsonb, oid::kTextArray, oid::kUuid, oid::kOid}) {
+        EXPECT_TRUE(binary_portable(t)) << t;
+    }
+    for (const std::uint32_t t : {0u, 2205u, 2210u, 2206u, 4096u, 1033u, 1034u,
+                                  oid::kFirstNormalObjectId, 99999u}) {
+        EXPECT_FALSE(binary_portable(t)) << t;
+    }
+}
+
 TEST(PgTypes, BuiltinArrays) {
     EXPECT_EQ(builtin_array_element(oid::kInt4Array), oid::kInt4);
     EXPECT_EQ(builtin_array_element(oid::kTextArray), oid::kText);
