@@ -210,7 +210,12 @@ void PostgresDestination::TextArray::add(const schema::Value& value) {
         append_be32(elements_, 0xffffffffu); // length -1
         return;
     }
-    const std::optional<std::string> text = param_of(value);
+    if (const auto* text = std::get_if<std::string>(&value)) {
+        append_be32(elements_, std::uint32_t(text->size()));
+        elements_ += *text;
+        return;
+    }
+    const std::optional<std::string> text = param_of(value); // an integer, or throws
     append_be32(elements_, std::uint32_t(text->size()));
     elements_ += *text;
 }
