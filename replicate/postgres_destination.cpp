@@ -908,28 +908,29 @@ io::Task<void> PostgresDestination::merge(const std::vector<const Change*>& upse
     const std::string target = target_sql(table);
     const Merge statements = co_await merge_statements(table);
     if (!upserts.empty()) {
-        std::vector<TextArray> columns(table.columns.size() + 1);
-        for (const Change* c : upserts) {
-            for (std::size_t col = 0; col < table.columns.size(); ++col) {
-                columns[col].add(c->values.at(col));
-            }
-            columns.back().add(schema::Value(std::int64_t(c->version.value())));
-        }
         // Named first: GCC 12 mishandles temporaries built inside a co_await expression.
         std::string what = "merging " + std::to_string(upserts.size()) + " upserts into " + target;
-        co_await run_prepared(statements.upsert, std::move(columns), std::move(what));
+        std::vector<TextArray> arrays = arrays_of(upserts, table.columns.size());
+        co_await run_prepared(statements.upsert, std::move(arrays), std::move(what));
     }
     if (!deletes.empty()) {
-        std::vector<TextArray> keys(table.key_columns.size() + 1);
-        for (const Change* c : deletes) {
-            for (std::size_t k = 0; k < table.key_columns.size(); ++k) {
-                keys[k].add(c->values.at(k));
-            }
-            keys.back().add(schema::Value(std::int64_t(c->version.value())));
-        }
+        // A delete's values are its key's.
         std::string what = "merging " + std::to_string(deletes.size()) + " deletes into " + target;
-        co_await run_prepared(statements.remove, std::move(keys), std::move(what));
+        std::vector<TextArray> arrays = arrays_of(deletes, table.key_columns.size());
+        co_await run_prepared(statements.remove, std::move(arrays), std::move(what));
     }
+}
+
+std::vector<PostgresDestination::TextArray>
+PostgresDestination::arrays_of(const std::vector<const Change*>& changes, std::size_t width) {
+    std::vector<TextArray> arrays(width + 1);
+    for (const Change* c : changes) {
+        for (std::size_t v = 0; v < width; ++v) {
+            arrays[v].add(c->values.at(v));
+        }
+        arrays.back().add(schema::Value(std::int64_t(c->version.value())));
+    }
+    return arrays;
 }
 
 io::Task<PostgresDestination::Merge>

@@ -134,6 +134,10 @@ private:
                          const std::vector<const Change*>& deletes);
     /// The merge statements of `table`'s target for its current columns, prepared on first use.
     io::Task<Merge> merge_statements(const schema::Table& table);
+    /// The merge parameters of `changes`: one array per value position (the first `width`
+    /// values of each change), then one of their versions.
+    static std::vector<TextArray> arrays_of(const std::vector<const Change*>& changes,
+                                            std::size_t width);
     io::Task<void> run_prepared(std::string name, std::vector<TextArray> arrays, std::string what);
     io::Task<void> update_partial(const Change& change);
     io::Task<void> truncate(const Change& change);
