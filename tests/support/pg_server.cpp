@@ -239,10 +239,42 @@ bool running_in_ci() {
     return v == "true" || v == "1" || v == "TRUE" || v == "True";
 }
 
+namespace {
+
+/// The shared server, once a test has started it.
+PgServer* g_shared = nullptr;
+
+/// Drops the shared server's idle replication slots after each test. Tests leave their slots
+/// behind (a killed pgtide cannot drop its own); ctest runs one test per process, but a whole
+/// binary run in one process would otherwise run out of max_replication_slots.
+class DropIdleSlotsAfterEachTest : public ::testing::EmptyTestEventListener {
+    void OnTestEnd(const ::testing::TestInfo& test) override {
+        if (g_shared == nullptr || !g_shared->is_running()) {
+            return;
+        }
+        try {
+            g_shared->exec("postgres", "SELECT pg_drop_replication_slot(slot_name) "
+                                       "FROM pg_replication_slots WHERE NOT active");
+        } catch (const std::exception& e) {
+            // A slot whose walsender had not yet exited; the next test's end drops it.
+            std::cerr << "note: not every idle replication slot " << test.name()
+                      << " left could be dropped: " << e.what() << "\n";
+        }
+    }
+};
+
+const bool g_listening = [] {
+    ::testing::UnitTest::GetInstance()->listeners().Append(new DropIdleSlotsAfterEachTest);
+    return true;
+}();
+
+} // namespace
+
 PgServer& PgServer::shared() {
     // A static's destructor runs at exit(), also after failed tests; the watchdog covers the
     // deaths that skip it.
     static PgServer server;
+    g_shared = &server;
     return server;
 }
 
