@@ -167,7 +167,7 @@ std::optional<std::int64_t> Applier::beside_copy_value(const ApplyWork& work) co
         return std::nullopt;
     }
     if (const auto* rows = std::get_if<CopyRows>(&work)) {
-        return std::int64_t(rows->rows.size());
+        return rows->size();
     }
     if (std::holds_alternative<CopyPlanned>(work) || std::holds_alternative<CopyComplete>(work)) {
         return 0;
@@ -214,12 +214,14 @@ io::Task<void> Applier::apply(ApplyWork work) {
     if (auto* rows = std::get_if<CopyRows>(&work)) {
         std::shared_ptr<const schema::Table> table = tables_.at(rows->table);
         const schema::Lsn version = copy_version_.value_or(checkpoint_.consistent_lsn);
-        const auto n = std::int64_t(rows->rows.size());
+        const std::int64_t n = rows->size();
         if (!in_transaction_) {
             transaction_started_ = now;
         }
         in_transaction_ = true;
-        if (n > 0) {
+        if (!rows->tuples.version_at.empty()) {
+            co_await destination_.copy_tuples(std::move(table), std::move(rows->tuples), version);
+        } else if (n > 0) {
             co_await destination_.copy_rows(std::move(table), std::move(rows->rows), version);
         }
         // Where the copy has got, committed with these rows: a later copy goes on from there.

@@ -30,13 +30,26 @@ struct Change {
 };
 
 /// Rows of one table read under the snapshot, at the snapshot's consistent LSN.
+/// Rows of a table whose source binary COPY fields the destination takes as they are
+/// (Table::copy_binary), in the destination's binary COPY tuple format: per tuple the field
+/// count, the columns' fields as the source sent them, then an 8-byte _pgtide_lsn field whose
+/// value the destination fills in with the copy's version (the reader does not know it). No
+/// value is decoded or copied one by one on the way.
+struct CopyTuples {
+    std::string bytes;
+    std::vector<std::size_t> version_at; ///< per tuple: the offset of its _pgtide_lsn value
+};
+
 struct CopyRows {
     std::size_t table = 0; ///< index into the coordinator's table list
     std::vector<schema::Row> rows;
     std::size_t range = 0; ///< index into the table's CopyPlanned ranges
-    /// The key of the last row of `rows` (RangeProgress::after); empty when `rows` is.
+    /// The key of the last row of the batch (RangeProgress::after); empty without rows.
     std::vector<std::string> reached = {};
     bool range_done = false; ///< the range's last batch (possibly without rows)
+    CopyTuples tuples = {};  ///< the rows instead of `rows` when the table is copy_binary
+
+    std::int64_t size() const { return std::int64_t(rows.size() + tuples.version_at.size()); }
 };
 
 /// Sent before any row of a table: the key ranges its copy reads (and how far an earlier copy

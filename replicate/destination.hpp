@@ -91,6 +91,10 @@ public:
     /// Snapshot rows of `table` at version `version` (the slot's consistent LSN).
     virtual io::Task<void> copy_rows(std::shared_ptr<const schema::Table> table,
                                      std::vector<schema::Row> rows, schema::Lsn version) = 0;
+    /// The same for a table copied in binary (Table::copy_binary, set for PostgreSQL
+    /// destinations only): its rows as binary COPY tuples.
+    virtual io::Task<void> copy_tuples(std::shared_ptr<const schema::Table> table,
+                                       CopyTuples tuples, schema::Lsn version) = 0;
     /// Every row of `table`'s copy has been handed to copy_rows: whatever the copy put off (a
     /// PostgreSQL destination's primary key) is done now, in the current transaction, before
     /// any stream change of the table.

@@ -1,6 +1,7 @@
 // PostgresDestination: set-based versioned apply into PostgreSQL over the async connection.
 #include "replicate/postgres_destination.hpp"
 
+#include <cstring>
 #include <unordered_map>
 
 #include "replicate/errors.hpp"
@@ -744,63 +745,45 @@ io::Task<void> PostgresDestination::clear_tombstones(std::vector<std::string> ta
 
 // ---- rows --------------------------------------------------------------------------------
 
-io::Task<void> PostgresDestination::copy_rows(std::shared_ptr<const schema::Table> table,
-                                              std::vector<schema::Row> rows, schema::Lsn version) {
+io::Task<std::string> PostgresDestination::open_copy(std::shared_ptr<const schema::Table> table) {
     co_await begin();
     const std::string target = target_sql(*table);
     const bool binary = table->copy_binary;
     std::vector<std::string> columns = column_names(*table);
     columns.emplace_back(binary ? "binary" : "text"); // the format is part of the open COPY
-    std::string buffer;
-    if (copying_ != target || copy_columns_ != columns) {
-        if (!copying_.empty()) {
-            co_await end_copy();
-        }
-        std::string sql = "COPY " + target + " (" + join_quoted(column_names(*table)) + ", " +
-                          kLsnColumn + ") FROM STDIN" + (binary ? " (FORMAT binary)" : "");
-        try {
-            co_await conn_.copy_in_start(std::move(sql));
-        } catch (const io::PgError& e) {
-            fail(e, "starting to copy rows into " + target);
-        }
-        copying_ = target;
-        copy_columns_ = std::move(columns);
-        if (binary) {
-            // Signature, flags, header extension length. The trailer is optional: CopyDone
-            // ends the data.
-            buffer.append("PGCOPY\n\xff\r\n\0", 11);
-            append_be32(buffer, 0);
-            append_be32(buffer, 0);
-        }
+    std::string header;
+    if (copying_ == target && copy_columns_ == columns) {
+        co_return header;
     }
+    if (!copying_.empty()) {
+        co_await end_copy();
+    }
+    std::string sql = "COPY " + target + " (" + join_quoted(column_names(*table)) + ", " +
+                      kLsnColumn + ") FROM STDIN" + (binary ? " (FORMAT binary)" : "");
+    try {
+        co_await conn_.copy_in_start(std::move(sql));
+    } catch (const io::PgError& e) {
+        fail(e, "starting to copy rows into " + target);
+    }
+    copying_ = target;
+    copy_columns_ = std::move(columns);
     if (binary) {
-        // Values are the source's binary COPY fields, passed through; then _pgtide_lsn.
-        const auto fields = std::uint16_t(table->columns.size() + 1);
-        const auto lsn = std::uint64_t(std::int64_t(version.value()));
-        for (const auto& row : rows) {
-            buffer += char(fields >> 8);
-            buffer += char(fields & 0xff);
-            for (const auto& value : row) {
-                if (const auto* bytes = std::get_if<std::string>(&value)) {
-                    append_be32(buffer, std::uint32_t(bytes->size()));
-                    buffer += *bytes;
-                } else if (std::holds_alternative<schema::Null>(value)) {
-                    append_be32(buffer, 0xffffffffu);
-                } else {
-                    throw InternalError("a binary copy into a PostgreSQL destination was "
-                                        "handed a value that is not the source's bytes");
-                }
-            }
-            append_be32(buffer, 8);
-            append_be32(buffer, std::uint32_t(lsn >> 32));
-            append_be32(buffer, std::uint32_t(lsn));
-            if (buffer.size() >= kCopyChunk) {
-                co_await send_copy(buffer, false);
-            }
-        }
-        co_await send_copy(buffer, true);
-        co_return;
+        // Signature, flags, header extension length. The trailer is optional: CopyDone ends
+        // the data.
+        header.append("PGCOPY\n\xff\r\n\0", 11);
+        append_be32(header, 0);
+        append_be32(header, 0);
     }
+    co_return header;
+}
+
+io::Task<void> PostgresDestination::copy_rows(std::shared_ptr<const schema::Table> table,
+                                              std::vector<schema::Row> rows, schema::Lsn version) {
+    if (table->copy_binary) {
+        throw InternalError("rows of " + table->qualified() +
+                            ", copied in binary, were handed over decoded");
+    }
+    std::string buffer = co_await open_copy(table);
     const std::string version_text = lsn_text(version);
     for (const auto& row : rows) {
         for (const auto& value : row) {
@@ -814,6 +797,29 @@ io::Task<void> PostgresDestination::copy_rows(std::shared_ptr<const schema::Tabl
         }
     }
     co_await send_copy(buffer, true);
+}
+
+io::Task<void> PostgresDestination::copy_tuples(std::shared_ptr<const schema::Table> table,
+                                                CopyTuples tuples, schema::Lsn version) {
+    if (!table->copy_binary) {
+        throw InternalError("rows of " + table->qualified() +
+                            ", copied as text, were handed over as binary COPY tuples");
+    }
+    std::string header = co_await open_copy(table);
+    const auto lsn = std::uint64_t(std::int64_t(version.value()));
+    char be[8];
+    for (int i = 0; i < 8; ++i) {
+        be[i] = char((lsn >> (56 - 8 * i)) & 0xff);
+    }
+    for (const std::size_t at : tuples.version_at) {
+        if (at + 8 > tuples.bytes.size()) {
+            throw InternalError("a binary COPY tuple of " + table->qualified() +
+                                " ends before its _pgtide_lsn value");
+        }
+        std::memcpy(tuples.bytes.data() + at, be, 8);
+    }
+    co_await send_copy(header, true);
+    co_await send_copy(tuples.bytes, true);
 }
 
 io::Task<void> PostgresDestination::apply_changes(std::vector<Change> changes) {
@@ -973,11 +979,10 @@ PostgresDestination::merge_statements(const schema::Table& table) {
         keys.push_back(table.columns[k].name);
     }
     std::string upsert = "INSERT INTO " + target + " AS d (" + list + kLsnColumn + ") SELECT " +
-                         select + "s._v::bigint FROM ROWS FROM (" + unnest +
-                         "pg_catalog.unnest($" + std::to_string(table.columns.size() + 1) +
-                         "::pg_catalog.text[])) AS s(" + aliases + "_v) ON CONFLICT (" +
-                         join_quoted(keys) + ") DO UPDATE SET " + set + kLsnColumn +
-                         " = excluded." + kLsnColumn + " WHERE d." + kLsnColumn +
+                         select + "s._v::bigint FROM ROWS FROM (" + unnest + "pg_catalog.unnest($" +
+                         std::to_string(table.columns.size() + 1) + "::pg_catalog.text[])) AS s(" +
+                         aliases + "_v) ON CONFLICT (" + join_quoted(keys) + ") DO UPDATE SET " +
+                         set + kLsnColumn + " = excluded." + kLsnColumn + " WHERE d." + kLsnColumn +
                          " <= excluded." + kLsnColumn;
     std::string key_unnest;
     std::string key_aliases;
@@ -992,8 +997,8 @@ PostgresDestination::merge_statements(const schema::Table& table) {
     }
     std::string remove = "DELETE FROM " + target + " AS d USING ROWS FROM (" + key_unnest +
                          "pg_catalog.unnest($" + std::to_string(table.key_columns.size() + 1) +
-                         "::pg_catalog.text[])) AS s(" + key_aliases + "_v) WHERE " + where +
-                         "d." + kLsnColumn + " <= s._v::bigint";
+                         "::pg_catalog.text[])) AS s(" + key_aliases + "_v) WHERE " + where + "d." +
+                         kLsnColumn + " <= s._v::bigint";
     if (!copying_.empty()) {
         co_await end_copy(); // rows of a table copied beside the stream
     }

@@ -26,11 +26,11 @@
 //    one prepared `INSERT … SELECT … FROM unnest(…) ON CONFLICT … DO UPDATE … WHERE
 //    _pgtide_lsn <= excluded._pgtide_lsn` and one prepared `DELETE … USING unnest(…) WHERE
 //    _pgtide_lsn <= the change's version`. Each column travels as one binary text[] parameter
-//    of the source's text values, cast to the column's type in the statement. An update whose TOAST columns stay unknown becomes an UPDATE of the
-//    known columns (none when the row is absent: the rules' skip). A truncate at L deletes the
-//    rows at or below L, at its place in the batch. An update that changed the key and left
-//    TOAST columns unchanged becomes an INSERT … SELECT from the old key's row, after what came
-//    before it in the batch.
+//    of the source's text values, cast to the column's type in the statement. An update whose TOAST
+//    columns stay unknown becomes an UPDATE of the known columns (none when the row is absent: the
+//    rules' skip). A truncate at L deletes the rows at or below L, at its place in the batch. An
+//    update that changed the key and left TOAST columns unchanged becomes an INSERT … SELECT from
+//    the old key's row, after what came before it in the batch.
 //  * Tombstones are not recorded: stream changes never meet a copy that is still running (the
 //    applier's stream starts after the snapshot), which is the only case they exist for.
 #pragma once
@@ -68,6 +68,9 @@ public:
     io::Task<void> follow_schema(std::shared_ptr<const schema::Table> table) override;
     io::Task<void> copy_rows(std::shared_ptr<const schema::Table> table,
                              std::vector<schema::Row> rows, schema::Lsn version) override;
+    /// Sends the tuples as they are, each with `version` written into its _pgtide_lsn field.
+    io::Task<void> copy_tuples(std::shared_ptr<const schema::Table> table, CopyTuples tuples,
+                               schema::Lsn version) override;
     io::Task<void> apply_changes(std::vector<Change> changes) override;
     io::Task<void> reset_tables(std::string slot, std::vector<schema::Table> tables) override;
     io::Task<void> empty_tables(std::vector<schema::Table> tables) override;
@@ -117,6 +120,10 @@ private:
     [[noreturn]] void fail(const std::exception& e, const std::string& what) const;
     io::Task<void> begin();
     io::Task<void> end_copy();
+    /// Begins the transaction if needed and opens the COPY of `table`'s rows in its format
+    /// (binary when copy_binary), ending a COPY of another table or format left open. Returns
+    /// what to send before the rows: the binary header when it opened a binary COPY, else "".
+    io::Task<std::string> open_copy(std::shared_ptr<const schema::Table> table);
     /// What ensure_table does with a column whose type differs from the source's.
     enum class Retype {
         Refuse, ///< an existing table pgtide did not fill this way: explain and stop
@@ -147,9 +154,9 @@ private:
     io::PgConnection conn_;
     std::string target_; ///< host, port, database and user: for messages
     bool in_transaction_ = false;
-    std::string copying_;                    ///< target table of the COPY left open; "" when none
-    std::vector<std::string> copy_columns_;  ///< its column list
-    std::map<std::string, Merge> merges_; ///< by target table and its columns' names and types
+    std::string copying_;                   ///< target table of the COPY left open; "" when none
+    std::vector<std::string> copy_columns_; ///< its column list
+    std::map<std::string, Merge> merges_;   ///< by target table and its columns' names and types
 };
 
 } // namespace pgtide::replicate

@@ -16,6 +16,53 @@ namespace pgtide::replicate {
 
 namespace {
 
+/// An empty batch of range `range` of table `table`, with room reserved for `rows` rows, or
+/// for `bytes` of tuples when the table is copied in binary.
+CopyRows empty_batch(std::size_t table, std::size_t range, bool binary, std::size_t rows,
+                     std::size_t bytes) {
+    CopyRows b{table, {}, range};
+    if (binary) {
+        b.tuples.bytes.reserve(bytes);
+        b.tuples.version_at.reserve(rows);
+    } else {
+        b.rows.reserve(rows);
+    }
+    return b;
+}
+
+void append_be32(std::string& out, std::uint32_t v) {
+    const char b[4] = {char(v >> 24), char((v >> 16) & 0xff), char((v >> 8) & 0xff),
+                       char(v & 0xff)};
+    out.append(b, 4);
+}
+
+/// Appends the first `columns` of `fields` (a row of the source's binary COPY) to `tuples` as
+/// a destination tuple: field count, those fields as they are, and the 8-byte _pgtide_lsn
+/// field, left zero for the destination to fill in. Returns the bytes of the values.
+std::uint64_t append_tuple(CopyTuples& tuples,
+                           const std::vector<std::optional<std::string_view>>& fields,
+                           std::size_t columns) {
+    std::string& out = tuples.bytes;
+    const auto count = std::uint16_t(columns + 1);
+    out += char(count >> 8);
+    out += char(count & 0xff);
+    std::uint64_t bytes = 0;
+    for (std::size_t c = 0; c < columns; ++c) {
+        const auto& f = fields[c];
+        if (!f) {
+            append_be32(out, 0xffffffffu);
+            continue;
+        }
+        append_be32(out, std::uint32_t(f->size()));
+        out.append(*f);
+        bytes += f->size();
+    }
+    append_be32(out, 8);
+    tuples.version_at.push_back(out.size());
+    out.append(8, '\0');
+    return bytes;
+}
+
 /// A key as its columns' text output (`texts`, one per key column), for messages.
 std::string describe_key(const schema::Table& table, const std::vector<std::string>& texts) {
     std::string s;
@@ -421,8 +468,11 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
     // Reserved, so that a batch does not grow by reallocation (capped: batch_rows may be big).
     const auto reserve = std::size_t(std::min<std::int64_t>(options_.batch_rows, 4096));
     const auto range_index = std::size_t(work.part - 1);
-    CopyRows batch{index, {}, range_index};
-    batch.rows.reserve(reserve);
+    // Tuples need room for a whole batch and the row that fills it (capped: batch_bytes may
+    // be big).
+    const auto reserve_bytes =
+        std::size_t(std::min<std::uint64_t>(options_.batch_bytes, 16u << 20) + (64u << 10));
+    CopyRows batch = empty_batch(index, range_index, t.copy_binary, reserve, reserve_bytes);
     std::uint64_t batch_bytes = 0;
     std::vector<std::optional<std::string_view>> fields;
     for (;;) {
@@ -443,28 +493,32 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
                                         std::to_string(t.columns.size()));
                 }
                 schema::Row row;
-                row.reserve(t.columns.size());
                 std::uint64_t row_bytes = 0;
-                for (std::size_t c = 0; c < t.columns.size(); ++c) {
-                    const auto& f = fields[c];
-                    if (!f) {
-                        row.emplace_back(schema::Null{});
-                        continue;
-                    }
-                    row_bytes += f->size();
-                    try {
-                        if (t.source_text) {
-                            row.emplace_back(std::string(*f));
-                        } else {
-                            row.push_back(schema::has_binary_decoder(t.columns[c].type)
-                                              ? schema::decode_binary(t.columns[c].type, *f)
-                                              : schema::decode_text(t.columns[c].type, *f));
+                if (t.copy_binary) {
+                    row_bytes = append_tuple(batch.tuples, fields, t.columns.size());
+                } else {
+                    row.reserve(t.columns.size());
+                    for (std::size_t c = 0; c < t.columns.size(); ++c) {
+                        const auto& f = fields[c];
+                        if (!f) {
+                            row.emplace_back(schema::Null{});
+                            continue;
                         }
-                    } catch (const std::exception& e) {
-                        throw DefiniteError(ExitCode::Other,
-                                            std::string(e.what()) + " in column \"" +
-                                                t.columns[c].name + "\" while copying " +
-                                                t.qualified());
+                        row_bytes += f->size();
+                        try {
+                            if (t.source_text) {
+                                row.emplace_back(std::string(*f));
+                            } else {
+                                row.push_back(schema::has_binary_decoder(t.columns[c].type)
+                                                  ? schema::decode_binary(t.columns[c].type, *f)
+                                                  : schema::decode_text(t.columns[c].type, *f));
+                            }
+                        } catch (const std::exception& e) {
+                            throw DefiniteError(ExitCode::Other,
+                                                std::string(e.what()) + " in column \"" +
+                                                    t.columns[c].name + "\" while copying " +
+                                                    t.qualified());
+                        }
                     }
                 }
                 // The key of the last row read, kept raw: only the page's last row becomes
@@ -498,21 +552,23 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
                                             " bytes, over max_row_bytes " +
                                             std::to_string(options_.max_row_bytes));
                 }
-                batch_bytes += row_bytes + 16 * row.size();
-                batch.rows.push_back(std::move(row));
+                if (t.copy_binary) {
+                    batch_bytes = batch.tuples.bytes.size();
+                } else {
+                    batch_bytes += row_bytes + 16 * row.size();
+                    batch.rows.push_back(std::move(row));
+                }
                 stats_.rows_read += 1;
                 ++in_page;
-                if (std::int64_t(batch.rows.size()) >= options_.batch_rows ||
-                    batch_bytes >= options_.batch_bytes) {
-                    total += std::int64_t(batch.rows.size());
+                if (batch.size() >= options_.batch_rows || batch_bytes >= options_.batch_bytes) {
+                    total += batch.size();
                     batch.reached = last_key;
                     ApplyWork full(std::move(batch)); // named: see tests/lint_layers.sh
                     const bool sent = co_await out.send(std::move(full));
                     if (!sent) {
                         co_return false;
                     }
-                    batch = CopyRows{index, {}, range_index};
-                    batch.rows.reserve(reserve);
+                    batch = empty_batch(index, range_index, t.copy_binary, reserve, reserve_bytes);
                     batch_bytes = 0;
                 }
             }
@@ -523,8 +579,8 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
         after = key_literals(conn, st, last_key);
     }
     // The range's last batch, even without rows: it tells the applier the range is done.
-    total += std::int64_t(batch.rows.size());
-    if (!batch.rows.empty()) {
+    total += batch.size();
+    if (batch.size() > 0) {
         batch.reached = last_key;
     }
     batch.range_done = true;

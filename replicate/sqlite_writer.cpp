@@ -1,6 +1,8 @@
 // SqliteWriter: SqliteDestination calls shipped to the writer thread.
 #include "replicate/sqlite_writer.hpp"
 
+#include "replicate/errors.hpp"
+
 namespace pgtide::replicate {
 
 namespace {
@@ -100,6 +102,13 @@ io::Task<void> SqliteWriter::copy_rows(std::shared_ptr<const schema::Table> tabl
     // Posted, not awaited: the writer writes this batch while the loop decodes the next. Every
     // later call queues behind it and rethrows its failure (WorkerThread's poison).
     co_await writer_.post(std::move(job));
+}
+
+io::Task<void> SqliteWriter::copy_tuples(std::shared_ptr<const schema::Table> table, CopyTuples,
+                                         schema::Lsn) {
+    throw InternalError("the SQLite destination was handed binary COPY tuples of " +
+                        table->qualified() + " (only PostgreSQL destinations copy in binary)");
+    co_return;
 }
 
 io::Task<void> SqliteWriter::apply_changes(std::vector<Change> changes) {
