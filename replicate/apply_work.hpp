@@ -29,7 +29,6 @@ struct Change {
     schema::Row moved_from = {};
 };
 
-/// Rows of one table read under the snapshot, at the snapshot's consistent LSN.
 /// Rows of a table whose source binary COPY fields the destination takes as they are
 /// (Table::copy_binary), in the destination's binary COPY tuple format: per tuple the field
 /// count, the columns' fields as the source sent them, then an 8-byte _pgtide_lsn field whose
@@ -40,6 +39,7 @@ struct CopyTuples {
     std::vector<std::size_t> version_at; ///< per tuple: the offset of its _pgtide_lsn value
 };
 
+/// Rows of one table read under the snapshot, at the snapshot's consistent LSN.
 struct CopyRows {
     std::size_t table = 0; ///< index into the coordinator's table list
     std::vector<schema::Row> rows;
