@@ -206,10 +206,9 @@ destination_tables(std::vector<SourceTable>& source_tables, bool source_text) {
     for (auto& st : source_tables) {
         st.table.source_text = source_text;
         st.table.copy_binary =
-            source_text && std::all_of(st.columns.begin(), st.columns.end(),
-                                       [](const SourceColumn& c) {
-                                           return schema::binary_portable(c.type_oid);
-                                       });
+            source_text &&
+            std::all_of(st.columns.begin(), st.columns.end(),
+                        [](const SourceColumn& c) { return schema::binary_portable(c.type_oid); });
         if (source_text &&
             st.table.target == schema::default_target_name(st.table.schema, st.table.name)) {
             st.table.target = st.table.schema + "." + st.table.name;

@@ -6,12 +6,14 @@
 
 #include "replicate/errors.hpp"
 #include "replicate/session.hpp"
+#include "schema/binary_copy.hpp"
 #include "schema/sql_quote.hpp"
 
 namespace pgtide::replicate {
 
 namespace {
 
+using schema::append_be32;
 using schema::quote_identifier;
 
 constexpr const char* kCheckpointTable = R"("public"."_pgtide_checkpoint")";
@@ -195,11 +197,6 @@ bool has_unchanged(const schema::Row& row) {
         }
     }
     return false;
-}
-
-void append_be32(std::string& out, std::uint32_t v) {
-    const char bytes[4] = {char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
-    out.append(bytes, 4);
 }
 
 } // namespace
@@ -768,11 +765,7 @@ io::Task<std::string> PostgresDestination::open_copy(std::shared_ptr<const schem
     copying_ = target;
     copy_columns_ = std::move(columns);
     if (binary) {
-        // Signature, flags, header extension length. The trailer is optional: CopyDone ends
-        // the data.
-        header.append("PGCOPY\n\xff\r\n\0", 11);
-        append_be32(header, 0);
-        append_be32(header, 0);
+        schema::append_binary_copy_header(header);
     }
     co_return header;
 }
@@ -807,16 +800,15 @@ io::Task<void> PostgresDestination::copy_tuples(std::shared_ptr<const schema::Ta
     }
     std::string header = co_await open_copy(table);
     const auto lsn = std::uint64_t(std::int64_t(version.value()));
-    char be[8];
-    for (int i = 0; i < 8; ++i) {
-        be[i] = char((lsn >> (56 - 8 * i)) & 0xff);
-    }
+    std::string be; // the int8 in network byte order
+    append_be32(be, std::uint32_t(lsn >> 32));
+    append_be32(be, std::uint32_t(lsn));
     for (const std::size_t at : tuples.version_at) {
         if (at + 8 > tuples.bytes.size()) {
             throw InternalError("a binary COPY tuple of " + table->qualified() +
                                 " ends before its _pgtide_lsn value");
         }
-        std::memcpy(tuples.bytes.data() + at, be, 8);
+        std::memcpy(tuples.bytes.data() + at, be.data(), 8);
     }
     co_await send_copy(header, true);
     co_await send_copy(tuples.bytes, true);

@@ -16,6 +16,8 @@ namespace pgtide::replicate {
 
 namespace {
 
+using schema::append_be32;
+
 /// An empty batch of range `range` of table `table`, with room reserved for `rows` rows, or
 /// for `bytes` of tuples when the table is copied in binary.
 CopyRows empty_batch(std::size_t table, std::size_t range, bool binary, std::size_t rows,
@@ -28,12 +30,6 @@ CopyRows empty_batch(std::size_t table, std::size_t range, bool binary, std::siz
         b.rows.reserve(rows);
     }
     return b;
-}
-
-void append_be32(std::string& out, std::uint32_t v) {
-    const char b[4] = {char(v >> 24), char((v >> 16) & 0xff), char((v >> 8) & 0xff),
-                       char(v & 0xff)};
-    out.append(b, 4);
 }
 
 /// Appends the first `columns` of `fields` (a row of the source's binary COPY) to `tuples` as

@@ -162,4 +162,15 @@ void BinaryCopyParser::finish() const {
     }
 }
 
+void append_binary_copy_header(std::string& out) {
+    out += kSignature;
+    append_be32(out, 0); // flags
+    append_be32(out, 0); // header extension length
+}
+
+void append_be32(std::string& out, std::uint32_t v) {
+    const char bytes[4] = {char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
+    out.append(bytes, 4);
+}
+
 } // namespace pgtide::schema

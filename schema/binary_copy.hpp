@@ -70,4 +70,12 @@ private:
     std::size_t row_scan_ = 0; ///< bytes of the current row scanned (relative to pos_)
 };
 
+/// Writing the format (the destination side of a copy): appends the header of a stream with no
+/// flags and no header extension. The trailer is optional: CopyDone ends the data.
+void append_binary_copy_header(std::string& out);
+
+/// Appends `v` in network byte order, as binary COPY (and binary arrays) write field counts'
+/// halves, lengths and 4-byte values.
+void append_be32(std::string& out, std::uint32_t v);
+
 } // namespace pgtide::schema

@@ -260,5 +260,24 @@ TEST(BinaryCopyParser, BufferStaysBoundedByOneRow) {
     EXPECT_EQ(parser.rows(), 2000u);
 }
 
+// The writing side: a header from append_binary_copy_header and a tuple built with
+// append_be32 (field count 2, a 4-byte field, a NULL) read back as the same row. The trailer is
+// appended by hand: a destination ends the data with CopyDone instead.
+TEST(BinaryCopyWriter, ParserReadsWhatTheWritersWrite) {
+    std::string stream;
+    append_binary_copy_header(stream);
+    EXPECT_EQ(stream, test::unhex("5047434f50590aff0d0a00"
+                                  "00000000"
+                                  "00000000"));
+    stream += test::unhex("0002");
+    append_be32(stream, 4);
+    append_be32(stream, 0x01020304u);
+    append_be32(stream, 0xffffffffu);
+    stream += test::unhex("ffff");
+    const Rows rows = parse_chunks(stream, {});
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_EQ(rows[0], (std::vector<Field>{test::unhex("01020304"), std::nullopt}));
+}
+
 } // namespace
 } // namespace pgtide::schema

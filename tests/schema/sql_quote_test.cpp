@@ -35,8 +35,8 @@ TEST(PgTypes, BinaryPortable) {
                                   oid::kJsonb, oid::kTextArray, oid::kUuid, oid::kOid}) {
         EXPECT_TRUE(binary_portable(t)) << t;
     }
-    for (const std::uint32_t t : {0u, 2205u, 2210u, 2206u, 4096u, 1033u, 1034u,
-                                  oid::kFirstNormalObjectId, 99999u}) {
+    for (const std::uint32_t t :
+         {0u, 2205u, 2210u, 2206u, 4096u, 1033u, 1034u, oid::kFirstNormalObjectId, 99999u}) {
         EXPECT_FALSE(binary_portable(t)) << t;
     }
 }
