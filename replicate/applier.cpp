@@ -219,11 +219,6 @@ io::Task<void> Applier::apply(ApplyWork work) {
             transaction_started_ = now;
         }
         in_transaction_ = true;
-        if (!rows->tuples.version_at.empty()) {
-            co_await destination_.copy_tuples(std::move(table), std::move(rows->tuples), version);
-        } else if (n > 0) {
-            co_await destination_.copy_rows(std::move(table), std::move(rows->rows), version);
-        }
         // Where the copy has got, committed with these rows: a later copy goes on from there.
         std::string copy_key;
         if (auto& plan = copy_plans_.at(rows->table); plan && rows->range < plan->ranges.size()) {
@@ -237,14 +232,33 @@ io::Task<void> Applier::apply(ApplyWork work) {
         rows_in_transaction_ += n;
         rows_per_table_.at(rows->table) += n;
         stats_.rows_copied += n;
-        const auto& t = *tables_.at(rows->table);
+        const auto& t = *table;
+        TableProgress progress{t.qualified(),
+                               t.target,
+                               TableState::Copying,
+                               checkpoint_.epoch,
+                               recorded_copy_lsn(rows->table),
+                               rows_per_table_.at(rows->table),
+                               t.source_oid,
+                               t.publication_membership,
+                               std::move(copy_key)};
+        if (!rows->tuples.version_at.empty()) {
+            // A copy beside the stream emptied its tables inside the stream's open transaction:
+            // its rows go with that transaction.
+            std::optional<TableProgress> apart;
+            if (!beside_stream_) {
+                apart = progress;
+            }
+            co_await destination_.copy_tuples(table, std::move(rows->tuples), version,
+                                              std::move(apart));
+        } else if (n > 0) {
+            co_await destination_.copy_rows(table, std::move(rows->rows), version);
+        }
         if (Metrics* m = options_.metrics) {
             m->rows_copied += n;
             m->snapshot_rows[t.qualified()] = rows_per_table_.at(rows->table);
         }
-        note_progress(TableProgress{t.qualified(), t.target, TableState::Copying, checkpoint_.epoch,
-                                    recorded_copy_lsn(rows->table), rows_per_table_.at(rows->table),
-                                    t.source_oid, t.publication_membership, std::move(copy_key)});
+        note_progress(std::move(progress));
         log_progress(now);
         // Never inside a source transaction of the stream beside (a copy beside the stream).
         if (rows_in_transaction_ >= options_.batch_rows * 5 && !source_open_) {

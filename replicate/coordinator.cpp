@@ -798,7 +798,10 @@ io::Task<RunSummary> Coordinator::run_phases() {
     if (options_.postgres_url.empty()) {
         dest = co_await SqliteWriter::open(options_.sqlite_path);
     } else {
-        dest = co_await PostgresDestination::open(options_.postgres_url, application_name);
+        // A table copied through a connection of its own commits as often as the applier
+        // commits a copy (Applier::apply: five stream batches' worth of rows).
+        dest = co_await PostgresDestination::open(options_.postgres_url, application_name,
+                                                  options_.apply_batch_rows * 5);
     }
 
     // The source: catalog connection, target LSN for --once, published tables.

@@ -190,6 +190,28 @@ template <class... S> std::vector<std::optional<std::string>> params(S&&... s) {
     return out;
 }
 
+/// Writes one table's progress row ($1 slot, then progress_params).
+std::string progress_upsert_sql() {
+    return std::string("INSERT INTO ") + kTablesTable +
+           " (slot_name, source_table, target_table, state, epoch, copy_lsn, rows_copied, "
+           "updated_at, source_oid, membership, copy_key) "
+           "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) "
+           "ON CONFLICT (slot_name, source_table) DO UPDATE SET "
+           "target_table = excluded.target_table, state = excluded.state, "
+           "epoch = excluded.epoch, copy_lsn = excluded.copy_lsn, "
+           "rows_copied = excluded.rows_copied, updated_at = excluded.updated_at, "
+           "source_oid = excluded.source_oid, membership = excluded.membership, "
+           "copy_key = excluded.copy_key";
+}
+
+std::vector<std::optional<std::string>> progress_params(const std::string& slot,
+                                                        const TableProgress& p) {
+    return params(slot, p.source_table, p.target_table, std::string(to_string(p.state)),
+                  std::to_string(p.epoch), lsn_text(p.copy_lsn), std::to_string(p.rows_copied),
+                  std::to_string(unix_ms_now()), std::to_string(p.source_oid), p.membership,
+                  p.copy_key);
+}
+
 bool has_unchanged(const schema::Row& row) {
     for (const auto& v : row) {
         if (std::holds_alternative<schema::UnchangedToast>(v)) {
@@ -245,11 +267,15 @@ std::string PostgresDestination::target_sql(const schema::Table& table) {
     return quote_identifier(n.schema) + "." + quote_identifier(n.name);
 }
 
-PostgresDestination::PostgresDestination(io::PgConnection conn, std::string target)
-    : conn_(std::move(conn)), target_(std::move(target)) {}
+PostgresDestination::PostgresDestination(io::PgConnection conn, std::string target, std::string url,
+                                         std::string application_name,
+                                         std::int64_t copy_commit_rows)
+    : conn_(std::move(conn)), target_(std::move(target)), url_(std::move(url)),
+      application_name_(std::move(application_name)), copy_commit_rows_(copy_commit_rows) {}
 
 io::Task<std::unique_ptr<PostgresDestination>>
-PostgresDestination::open(std::string url, std::string application_name) {
+PostgresDestination::open(std::string url, std::string application_name,
+                          std::int64_t copy_commit_rows) {
     std::optional<io::PgConnection> conn;
     try {
         conn = co_await io::PgConnection::connect(url, sql_connection_params(application_name));
@@ -259,7 +285,8 @@ PostgresDestination::open(std::string url, std::string application_name) {
                                    e.what());
     }
     const std::string target = conn->target();
-    std::unique_ptr<PostgresDestination> dest(new PostgresDestination(std::move(*conn), target));
+    std::unique_ptr<PostgresDestination> dest(
+        new PostgresDestination(std::move(*conn), target, url, application_name, copy_commit_rows));
     co_await dest->run(kCreateMetadata, "creating the metadata tables (_pgtide_checkpoint, "
                                         "_pgtide_tables, _pgtide_tombstones in schema public)");
     co_return dest;
@@ -428,23 +455,12 @@ io::Task<bool> PostgresDestination::commit(std::vector<TableProgress> progress, 
                             " to slot " + next.slot_name);
     }
     co_await begin();
-    const std::string now = std::to_string(unix_ms_now());
     for (const auto& p : progress) {
-        co_await run_params(
-            std::string("INSERT INTO ") + kTablesTable +
-                " (slot_name, source_table, target_table, state, epoch, copy_lsn, rows_copied, "
-                "updated_at, source_oid, membership, copy_key) "
-                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) "
-                "ON CONFLICT (slot_name, source_table) DO UPDATE SET "
-                "target_table = excluded.target_table, state = excluded.state, "
-                "epoch = excluded.epoch, copy_lsn = excluded.copy_lsn, "
-                "rows_copied = excluded.rows_copied, updated_at = excluded.updated_at, "
-                "source_oid = excluded.source_oid, membership = excluded.membership, "
-                "copy_key = excluded.copy_key",
-            params(next.slot_name, p.source_table, p.target_table, std::string(to_string(p.state)),
-                   std::to_string(p.epoch), lsn_text(p.copy_lsn), std::to_string(p.rows_copied),
-                   now, std::to_string(p.source_oid), p.membership, p.copy_key),
-            "recording the state of " + p.source_table);
+        if (lanes_.contains(p.target_table)) {
+            continue; // its lane writes it, with the rows it covers
+        }
+        co_await run_params(progress_upsert_sql(), progress_params(next.slot_name, p),
+                            "recording the state of " + p.source_table);
     }
     io::PgResult swapped = co_await run_params(
         std::string("UPDATE ") + kCheckpointTable +
@@ -465,20 +481,33 @@ io::Task<bool> PostgresDestination::commit(std::vector<TableProgress> progress, 
     // Whatever COMMIT answers, the transaction is over.
     in_transaction_ = false;
     co_await run("COMMIT", "committing");
+    committed_ = next;
     co_return true;
 }
 
 io::Task<void> PostgresDestination::rollback() {
-    if (!copying_.empty()) {
-        // The rows sent so far go with the transaction.
-        try {
-            co_await end_copy();
-        } catch (const DestinationError&) {
+    std::exception_ptr error;
+    try {
+        if (!copying_.empty()) {
+            // The rows sent so far go with the transaction.
+            try {
+                co_await end_copy();
+            } catch (const DestinationError&) {
+            }
         }
+        if (in_transaction_) {
+            in_transaction_ = false;
+            co_await run("ROLLBACK", "rolling back");
+        }
+    } catch (...) {
+        error = std::current_exception();
     }
-    if (in_transaction_) {
-        in_transaction_ = false;
-        co_await run("ROLLBACK", "rolling back");
+    // Only now: a lane at its owner check may be waiting for the main transaction, which keeps
+    // the checkpoint row locked after a compare-and-swap that found it changed (READ COMMITTED
+    // locks the row it re-checks).
+    co_await drop_lanes();
+    if (error) {
+        std::rethrow_exception(error);
     }
 }
 
@@ -489,6 +518,11 @@ io::Task<void> PostgresDestination::close() {
         } catch (const DestinationError&) {
         }
     }
+    co_await drop_lanes();
+    for (io::PgConnection& c : idle_lanes_) {
+        c.close();
+    }
+    idle_lanes_.clear();
     conn_.close();
 }
 
@@ -697,8 +731,17 @@ io::Task<void> PostgresDestination::drop_key(const schema::Table& table) {
 }
 
 io::Task<void> PostgresDestination::table_copied(std::shared_ptr<const schema::Table> table) {
-    co_await begin();
     const std::string target = target_sql(*table);
+    // The lane's rows first: ADD PRIMARY KEY would wait for its transaction.
+    if (auto it = lanes_.find(table->target); it != lanes_.end()) {
+        co_await it->second->sending.join(); // rethrows what its sends threw
+        co_await commit_lane(this, it->second.get());
+        if (it->second->conn && it->second->conn->is_open()) {
+            idle_lanes_.push_back(std::move(*it->second->conn));
+        }
+        lanes_.erase(it);
+    }
+    co_await begin();
     io::PgResult pk = co_await run_params(
         "SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'p'",
         params(target), "reading the primary key of " + target);
@@ -793,12 +836,33 @@ io::Task<void> PostgresDestination::copy_rows(std::shared_ptr<const schema::Tabl
 }
 
 io::Task<void> PostgresDestination::copy_tuples(std::shared_ptr<const schema::Table> table,
-                                                CopyTuples tuples, schema::Lsn version) {
+                                                CopyTuples tuples, schema::Lsn version,
+                                                std::optional<TableProgress> apart) {
     if (!table->copy_binary) {
         throw InternalError("rows of " + table->qualified() +
                             ", copied as text, were handed over as binary COPY tuples");
     }
-    std::string header = co_await open_copy(table);
+    CopyLane* lane = nullptr;
+    std::string header;
+    if (apart) {
+        const std::string target = target_sql(*table);
+        std::unique_ptr<CopyLane>& slot = lanes_[table->target];
+        if (!slot) {
+            slot = std::make_unique<CopyLane>();
+            slot->target = target;
+            slot->copy_sql = "COPY " + target + " (" + join_quoted(column_names(*table)) + ", " +
+                             kLsnColumn + ") FROM STDIN (FORMAT binary)";
+            if (!idle_lanes_.empty()) {
+                slot->conn = std::move(idle_lanes_.back());
+                idle_lanes_.pop_back();
+            }
+        }
+        lane = slot.get();
+        // The batch before must be on its way first: one batch in flight per lane.
+        co_await lane->sending.join();
+    } else {
+        header = co_await open_copy(table);
+    }
     const auto lsn = std::uint64_t(std::int64_t(version.value()));
     std::string be; // the int8 in network byte order
     append_be32(be, std::uint32_t(lsn >> 32));
@@ -810,8 +874,88 @@ io::Task<void> PostgresDestination::copy_tuples(std::shared_ptr<const schema::Ta
         }
         std::memcpy(tuples.bytes.data() + at, be.data(), 8);
     }
+    if (lane != nullptr) {
+        lane->progress = std::move(apart);
+        lane->uncommitted_rows += std::int64_t(tuples.version_at.size());
+        lane->sending.spawn(send_to_lane(this, lane, std::move(tuples.bytes)));
+        co_return;
+    }
     co_await send_copy(header, true);
     co_await send_copy(tuples.bytes, true);
+}
+
+io::Task<void> PostgresDestination::send_to_lane(PostgresDestination* self, CopyLane* lane,
+                                                 std::string bytes) {
+    try {
+        if (!lane->conn) {
+            lane->conn = co_await io::PgConnection::connect(
+                self->url_, sql_connection_params(self->application_name_));
+        }
+        if (!lane->open) {
+            co_await lane->conn->exec("BEGIN");
+            co_await lane->conn->copy_in_start(lane->copy_sql);
+            lane->open = true;
+            std::string header;
+            schema::append_binary_copy_header(header);
+            co_await lane->conn->put_copy_data(std::move(header));
+        }
+        co_await lane->conn->put_copy_data(std::move(bytes));
+    } catch (const io::PgError& e) {
+        self->fail(e, "copying rows into " + lane->target + " (on a connection of its own)");
+    }
+    if (lane->uncommitted_rows >= self->copy_commit_rows_) {
+        co_await commit_lane(self, lane);
+    }
+}
+
+io::Task<void> PostgresDestination::commit_lane(PostgresDestination* self, CopyLane* lane) {
+    if (!lane->open) {
+        co_return;
+    }
+    if (!lane->progress || !self->committed_) {
+        throw InternalError("rows copied into " + lane->target +
+                            " without their progress, or before any checkpoint");
+    }
+    const Checkpoint& owner = *self->committed_;
+    bool owned = false;
+    try {
+        co_await lane->conn->copy_in_end();
+        co_await lane->conn->exec_params(progress_upsert_sql(),
+                                         progress_params(owner.slot_name, *lane->progress));
+        io::PgResult found = co_await lane->conn->exec_params(
+            std::string("SELECT 1 FROM ") + kCheckpointTable +
+                " WHERE slot_name = $1 AND epoch = $2 AND owner = $3 FOR SHARE",
+            params(owner.slot_name, std::to_string(owner.epoch), owner.owner));
+        owned = found.rows() == 1;
+        lane->open = false;
+        co_await lane->conn->exec(owned ? "COMMIT" : "ROLLBACK");
+    } catch (const io::PgError& e) {
+        self->fail(e, "committing the rows copied into " + lane->target);
+    }
+    if (!owned) {
+        throw DefiniteError(ExitCode::Fenced,
+                            "the checkpoint of slot " + owner.slot_name +
+                                " was changed by another process while " + lane->target +
+                                " was copied; another pgtide took over this destination, "
+                                "stopping");
+    }
+    lane->progress.reset();
+    lane->uncommitted_rows = 0;
+}
+
+io::Task<void> PostgresDestination::drop_lanes() {
+    for (auto& [target, lane] : lanes_) {
+        try {
+            co_await lane->sending.join();
+        } catch (const std::exception&) {
+            // The lane's rows are dropped with its transaction: what failed is reported by
+            // whoever waited for it first, or not at all after another failure.
+        }
+        if (lane->conn) {
+            lane->conn->close();
+        }
+    }
+    lanes_.clear();
 }
 
 io::Task<void> PostgresDestination::apply_changes(std::vector<Change> changes) {

@@ -1,5 +1,6 @@
 // PostgresDestination: a PostgreSQL database kept in step with the source (DESIGN §5 "PostgreSQL
-// destination"), through one async PgConnection on the loop.
+// destination"), through async PgConnections on the loop: one for everything but the binary
+// copies of tables, which go through a connection per table (CopyLane).
 //
 // Values. Tables handed to it have `source_text` set: every value is the source's own text
 // output (DateStyle ISO, TimeZone UTC, IntervalStyle iso_8601, shortest exact floats, hex
@@ -38,9 +39,11 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "io/async_scope.hpp"
 #include "io/pg_connection.hpp"
 #include "replicate/destination.hpp"
 #include "replicate/source_catalog.hpp"
@@ -52,8 +55,10 @@ public:
     /// Connects (the session settings of every pgtide connection, `application_name`) and
     /// creates the metadata tables when missing. Suspends. Throws DestinationError naming the
     /// server and database.
-    static io::Task<std::unique_ptr<PostgresDestination>> open(std::string url,
-                                                               std::string application_name);
+    /// A table copied through a connection of its own (CopyLane) commits every
+    /// `copy_commit_rows` rows.
+    static io::Task<std::unique_ptr<PostgresDestination>>
+    open(std::string url, std::string application_name, std::int64_t copy_commit_rows);
 
     std::string describe() const override { return "postgresql destination (" + target_ + ")"; }
     io::Task<std::optional<Checkpoint>> load_checkpoint(std::string slot) override;
@@ -69,12 +74,14 @@ public:
     io::Task<void> copy_rows(std::shared_ptr<const schema::Table> table,
                              std::vector<schema::Row> rows, schema::Lsn version) override;
     /// Sends the tuples as they are, each with `version` written into its _pgtide_lsn field.
+    /// With `apart`, through the table's CopyLane, without waiting for them to be sent.
     io::Task<void> copy_tuples(std::shared_ptr<const schema::Table> table, CopyTuples tuples,
-                               schema::Lsn version) override;
+                               schema::Lsn version, std::optional<TableProgress> apart) override;
     io::Task<void> apply_changes(std::vector<Change> changes) override;
     io::Task<void> reset_tables(std::string slot, std::vector<schema::Table> tables) override;
     io::Task<void> empty_tables(std::vector<schema::Table> tables) override;
-    /// Adds the primary key that emptying the table for its copy dropped.
+    /// Commits the table's CopyLane, then adds the primary key that emptying the table for its
+    /// copy dropped.
     io::Task<void> table_copied(std::shared_ptr<const schema::Table> table) override;
     io::Task<void> request_copies(std::string slot,
                                   std::vector<std::string> source_tables) override;
@@ -112,7 +119,31 @@ private:
         bool has_null_ = false;
     };
 
-    PostgresDestination(io::PgConnection conn, std::string target);
+    /// A connection of its own that copies one table (copy_tuples with `apart`), in its own
+    /// transactions: one destination backend bounds a copy (it parses, writes the heap and the
+    /// WAL), so tables copied at once each get one, and the applier does not wait for them.
+    ///  * Its rows commit together with the table's progress row, which only the lane writes
+    ///    while it exists (commit() leaves it out): rows and the progress covering them never
+    ///    commit apart. It commits every copy_commit_rows rows, and when the copy is whole.
+    ///  * Only while this process owns the checkpoint: before COMMIT it takes a share lock on
+    ///    the checkpoint row with our slot, epoch and owner token. A takeover's UPDATE waits for
+    ///    that commit; after a takeover the row is not found, the lane rolls back and stops
+    ///    with exit code 4.
+    ///  * The main connection never waits on a lane's locks: the lane's table was emptied by a
+    ///    committed transaction, table_copied() commits the lane before ADD PRIMARY KEY, and a
+    ///    lane holds its share lock only between that check and its COMMIT.
+    struct CopyLane {
+        std::string target;                    ///< the table, quoted
+        std::string copy_sql;                  ///< its COPY … FROM STDIN (FORMAT binary)
+        std::optional<io::PgConnection> conn;  ///< connected by its first send
+        bool open = false;                     ///< its transaction and COPY are open
+        std::optional<TableProgress> progress; ///< covers the rows sent since its last commit
+        std::int64_t uncommitted_rows = 0;
+        io::AsyncScope sending; ///< the batch on its way: at most one
+    };
+
+    PostgresDestination(io::PgConnection conn, std::string target, std::string url,
+                        std::string application_name, std::int64_t copy_commit_rows);
 
     io::Task<io::PgResult> run(std::string sql, std::string what);
     io::Task<io::PgResult>
@@ -150,6 +181,16 @@ private:
     io::Task<void> truncate(const Change& change);
     io::Task<void> move_row(const Change& change);
     io::Task<void> send_copy(std::string& buffer, bool last);
+    /// Sends `bytes` through `lane`: connects, begins and opens its COPY first when needed;
+    /// commits once the lane holds copy_commit_rows rows.
+    static io::Task<void> send_to_lane(PostgresDestination* self, CopyLane* lane,
+                                       std::string bytes);
+    /// Ends the lane's COPY and commits its rows with its progress if the checkpoint row still
+    /// has the slot, epoch and owner last committed; else rolls back and throws
+    /// DefiniteError(Fenced). Nothing of the lane may be on its way.
+    static io::Task<void> commit_lane(PostgresDestination* self, CopyLane* lane);
+    /// Waits for the lanes' sends and closes their connections: their transactions roll back.
+    io::Task<void> drop_lanes();
 
     io::PgConnection conn_;
     std::string target_; ///< host, port, database and user: for messages
@@ -157,6 +198,13 @@ private:
     std::string copying_;                   ///< target table of the COPY left open; "" when none
     std::vector<std::string> copy_columns_; ///< its column list
     std::map<std::string, Merge> merges_;   ///< by target table and its columns' names and types
+    std::string url_;                       ///< for the lanes' connections
+    std::string application_name_;
+    std::map<std::string, std::unique_ptr<CopyLane>> lanes_; ///< by Table::target
+    std::int64_t copy_commit_rows_;
+    std::vector<io::PgConnection> idle_lanes_; ///< connections of lanes whose copy is whole
+    /// The checkpoint as last committed: the owner a lane checks before it commits.
+    std::optional<Checkpoint> committed_;
 };
 
 } // namespace pgtide::replicate

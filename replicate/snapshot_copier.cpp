@@ -349,6 +349,21 @@ io::Task<void> SnapshotCopier::plan(io::PgConnection& conn) {
                       {"ranges", std::to_string(ranges)},
                       {"key", tables_[i].table.columns[tables_[i].table.key_columns.at(0)].name}});
     }
+    // Every table's first item before any table's second: tables are copied at once rather
+    // than one table's ranges taking every reader, so that a destination that writes each
+    // table through a connection of its own (PostgreSQL) writes them at once too.
+    std::vector<std::size_t> seen(tables_.size(), 0);
+    std::vector<std::pair<std::size_t, Work>> ranked;
+    for (Work& w : work_) {
+        const std::size_t rank = seen[w.table]++;
+        ranked.emplace_back(rank, std::move(w));
+    }
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    work_.clear();
+    for (auto& [rank, w] : ranked) {
+        work_.push_back(std::move(w));
+    }
 }
 
 // Every table's row count as the planner would estimate it: reltuples/relpages scaled to the

@@ -105,7 +105,7 @@ io::Task<void> SqliteWriter::copy_rows(std::shared_ptr<const schema::Table> tabl
 }
 
 io::Task<void> SqliteWriter::copy_tuples(std::shared_ptr<const schema::Table> table, CopyTuples,
-                                         schema::Lsn) {
+                                         schema::Lsn, std::optional<TableProgress>) {
     throw InternalError("the SQLite destination was handed binary COPY tuples of " +
                         table->qualified() + " (only PostgreSQL destinations copy in binary)");
     co_return;

@@ -31,7 +31,7 @@ public:
                              std::vector<schema::Row> rows, schema::Lsn version) override;
     /// Throws InternalError: tables copied into SQLite are never copy_binary.
     io::Task<void> copy_tuples(std::shared_ptr<const schema::Table> table, CopyTuples tuples,
-                               schema::Lsn version) override;
+                               schema::Lsn version, std::optional<TableProgress> apart) override;
     io::Task<void> apply_changes(std::vector<Change> changes) override;
     io::Task<void> reset_tables(std::string slot, std::vector<schema::Table> tables) override;
     io::Task<void> empty_tables(std::vector<schema::Table> tables) override;

@@ -22,8 +22,9 @@ using replicate::ExitCode;
 
 io::Task<std::unique_ptr<replicate::Destination>> open_destination(Config config) {
     if (config.destination.is_postgresql()) {
-        co_return co_await replicate::PostgresDestination::open(config.destination.url,
-                                                                "pgtide resync");
+        // resync copies nothing: it marks tables for the running process to copy.
+        co_return co_await replicate::PostgresDestination::open(
+            config.destination.url, "pgtide resync", config.apply.batch_rows * 5);
     }
     co_return co_await replicate::SqliteWriter::open(config.destination.sqlite_path());
 }

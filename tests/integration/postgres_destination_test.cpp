@@ -302,6 +302,103 @@ TEST_F(PostgresDestination, CopyAddsThePrimaryKeyOnceWholeAlsoAfterAKill) {
     expect_same("SELECT id, v FROM big ORDER BY id");
 }
 
+// Tables copied at once each go through a destination connection of their own, in transactions
+// of their own (PostgresDestination::CopyLane). Sampled mid-copy, every table holds exactly the
+// rows its progress row counts (rows never commit without the progress that covers them, which
+// a copy cut short goes on from). When another process takes the checkpoint over mid-copy,
+// pgtide stops with exit code 4 and no row commits after the takeover.
+// Broken on purpose three times, then reverted (replicate/postgres_destination.cpp):
+//  * commit_lane ignoring its owner check (`owned = true`): "rows were committed after the
+//    takeover" ({12000, 12000, 11000, 11000} against {11000, 11000, 10000, 10000});
+//  * commit_lane without writing the progress row, and commit() writing the progress of a
+//    table its lane copies: "big_a holds rows its progress does not count".
+// Before rollback() rolled the main connection back ahead of the lanes, this test hung: the
+// failed compare-and-swap kept the checkpoint row locked while the lanes waited for that lock.
+TEST_F(PostgresDestination, TablesCopiedAtOnceCommitRowsWithTheirProgressAndAreFenced) {
+    PGTIDE_REQUIRE_PG();
+    constexpr int kRows = 150000;
+    exec("CREATE TABLE big_a (id bigint PRIMARY KEY, v text NOT NULL);"
+         "CREATE TABLE big_b (id bigint PRIMARY KEY, v text NOT NULL);"
+         "INSERT INTO big_a SELECT g, 'a ' || g FROM generate_series(1, " +
+         std::to_string(kRows) +
+         ") g;"
+         "INSERT INTO big_b SELECT g, 'b ' || g FROM generate_series(1, " +
+         std::to_string(kRows) +
+         ") g;"
+         "CREATE PUBLICATION pub FOR TABLE big_a, big_b");
+    const std::string config = (dir_ / "pgtide.toml").string();
+    {
+        // Small pages and batches: each table's connection commits every 1,000 rows (five
+        // apply batches) and the copy lasts long enough to be sampled and taken over inside.
+        std::ofstream f(config);
+        f << "[source]\ndsn = \"" << dsn() << "\"\npublications = [\"pub\"]\nslot = \"" << slot()
+          << "\"\n[destination]\nurl = \"" << dest_url()
+          << "\"\n[snapshot]\npage_rows = 500\nbatch_rows = 100\nparallel_tables = 2\n"
+             "[apply]\nbatch_rows = 200\n";
+    }
+    PgtideProcess p({"run", "-c", config});
+    // In one statement, hence one snapshot: each table's rows, and the rows its progress counts.
+    const std::string sample_sql =
+        "SELECT (SELECT count(*) FROM big_a) AS a, (SELECT coalesce(max(rows_copied), 0) FROM "
+        "_pgtide_tables WHERE source_table = 'public.big_a') AS a_progress, (SELECT count(*) "
+        "FROM big_b) AS b, (SELECT coalesce(max(rows_copied), 0) FROM _pgtide_tables WHERE "
+        "source_table = 'public.big_b') AS b_progress";
+    const auto counts = [&]() -> std::vector<long long> {
+        std::vector<long long> out;
+        const Rows rows = dest_query(sample_sql);
+        for (const auto& v : rows.at(0)) {
+            out.push_back(std::stoll(v.value_or("-1")));
+        }
+        return out;
+    };
+    int inside = 0; // samples with both tables partly copied
+    ASSERT_TRUE(wait_for([&] {
+        std::vector<long long> c;
+        try {
+            c = counts();
+        } catch (const std::exception&) {
+            return false; // the tables are not there yet
+        }
+        EXPECT_EQ(c[0], c[1]) << "big_a holds rows its progress does not count";
+        EXPECT_EQ(c[2], c[3]) << "big_b holds rows its progress does not count";
+        if (c[0] > 0 && c[0] < kRows && c[2] > 0 && c[2] < kRows) {
+            inside += 1;
+        }
+        return inside >= 3 || (c[0] == kRows && c[2] == kRows);
+    })) << p.stderr_text();
+    ASSERT_GE(inside, 3) << "the copy ended before it was seen with both tables partly copied";
+
+    // Another process takes the checkpoint over, as a takeover's compare-and-swap does, and
+    // holds its transaction open for a second: the connections that reach their commit
+    // meanwhile wait for it at their owner check, and must then roll back. What the tables hold
+    // at the takeover is read inside it (a commit that passed its owner check before the UPDATE
+    // made the UPDATE wait for it, so it is counted).
+    pg().exec(dest_db_, "BEGIN; UPDATE _pgtide_checkpoint SET owner = 'another process'; "
+                        "CREATE TABLE at_takeover AS " +
+                            sample_sql + "; SELECT pg_sleep(1); COMMIT");
+    std::vector<long long> at_takeover;
+    const Rows taken = dest_query("SELECT * FROM at_takeover");
+    for (const auto& v : taken.at(0)) {
+        at_takeover.push_back(std::stoll(v.value_or("-1")));
+    }
+    EXPECT_EQ(p.wait(), 4) << p.stderr_text();
+    EXPECT_NE(p.stderr_text().find("another pgtide"), std::string::npos) << p.stderr_text();
+    const std::vector<long long> after = counts();
+    EXPECT_EQ(after, at_takeover) << "rows were committed after the takeover";
+    EXPECT_LT(after[0] + after[2], 2LL * kRows) << "the copy was not taken over inside";
+    EXPECT_EQ(after[0], after[1]);
+    EXPECT_EQ(after[2], after[3]);
+
+    // Given back (a takeover's owner would have let its lease lapse), the next run finishes
+    // the copy from where each table got and ends equal.
+    pg().exec(dest_db_, "UPDATE _pgtide_checkpoint SET lease_until = 0");
+    std::string out;
+    std::string err;
+    ASSERT_EQ(PgtideProcess::run({"run", "-c", config, "--once"}, &out, &err), 0) << err;
+    expect_same("SELECT id, v FROM big_a ORDER BY id");
+    expect_same("SELECT id, v FROM big_b ORDER BY id");
+}
+
 // Broken on purpose once, then reverted: Coordinator::run_phases (replicate/coordinator.cpp)
 // checked the other owner's lease the wrong way round: `lease_until_unix_ms < unix_ms_now()`.
 // The second process took over the checkpoint and stopped only at the busy slot ("replication
