@@ -242,17 +242,18 @@ io::Task<void> Applier::apply(ApplyWork work) {
                                t.source_oid,
                                t.publication_membership,
                                std::move(copy_key)};
+        // A copy beside the stream emptied its tables inside the stream's open transaction: its
+        // rows go with that transaction.
+        std::optional<TableProgress> apart;
+        if (!beside_stream_) {
+            apart = progress;
+        }
         if (!rows->tuples.version_at.empty()) {
-            // A copy beside the stream emptied its tables inside the stream's open transaction:
-            // its rows go with that transaction.
-            std::optional<TableProgress> apart;
-            if (!beside_stream_) {
-                apart = progress;
-            }
             co_await destination_.copy_tuples(table, std::move(rows->tuples), version,
                                               std::move(apart));
         } else if (n > 0) {
-            co_await destination_.copy_rows(table, std::move(rows->rows), version);
+            co_await destination_.copy_rows(table, std::move(rows->rows), version,
+                                            std::move(apart));
         }
         if (Metrics* m = options_.metrics) {
             m->rows_copied += n;

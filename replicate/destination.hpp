@@ -89,16 +89,17 @@ public:
     virtual io::Task<void> follow_schema(std::shared_ptr<const schema::Table> table) = 0;
 
     /// Snapshot rows of `table` at version `version` (the slot's consistent LSN).
-    virtual io::Task<void> copy_rows(std::shared_ptr<const schema::Table> table,
-                                     std::vector<schema::Row> rows, schema::Lsn version) = 0;
-    /// The same for a table copied in binary (Table::copy_binary, set for PostgreSQL
-    /// destinations only): its rows as binary COPY tuples.
     ///
     /// `apart`, when set, is the table's progress once these rows are in, and says that they
     /// may commit apart from the current transaction, together with that progress and before
     /// it: the table was emptied by a transaction already committed, and nothing else touches
     /// it until table_copied() (which commits them) or commit(). A copy beside the stream
     /// passes nullopt: its table was emptied inside the stream's open transaction.
+    virtual io::Task<void> copy_rows(std::shared_ptr<const schema::Table> table,
+                                     std::vector<schema::Row> rows, schema::Lsn version,
+                                     std::optional<TableProgress> apart) = 0;
+    /// The same for a table copied in binary (Table::copy_binary, set for PostgreSQL
+    /// destinations only): its rows as binary COPY tuples.
     virtual io::Task<void> copy_tuples(std::shared_ptr<const schema::Table> table,
                                        CopyTuples tuples, schema::Lsn version,
                                        std::optional<TableProgress> apart) = 0;

@@ -814,12 +814,19 @@ io::Task<std::string> PostgresDestination::open_copy(std::shared_ptr<const schem
 }
 
 io::Task<void> PostgresDestination::copy_rows(std::shared_ptr<const schema::Table> table,
-                                              std::vector<schema::Row> rows, schema::Lsn version) {
+                                              std::vector<schema::Row> rows, schema::Lsn version,
+                                              std::optional<TableProgress> apart) {
     if (table->copy_binary) {
         throw InternalError("rows of " + table->qualified() +
                             ", copied in binary, were handed over decoded");
     }
-    std::string buffer = co_await open_copy(table);
+    CopyLane* lane = nullptr;
+    std::string buffer;
+    if (apart) {
+        lane = co_await lane_of(*table);
+    } else {
+        buffer = co_await open_copy(table);
+    }
     const std::string version_text = lsn_text(version);
     for (const auto& row : rows) {
         for (const auto& value : row) {
@@ -828,11 +835,42 @@ io::Task<void> PostgresDestination::copy_rows(std::shared_ptr<const schema::Tabl
         }
         buffer += version_text;
         buffer += '\n';
-        if (buffer.size() >= kCopyChunk) {
+        if (lane == nullptr && buffer.size() >= kCopyChunk) {
             co_await send_copy(buffer, false);
         }
     }
+    if (lane != nullptr) {
+        hand_to_lane(lane, std::move(buffer), std::int64_t(rows.size()), std::move(*apart));
+        co_return;
+    }
     co_await send_copy(buffer, true);
+}
+
+io::Task<PostgresDestination::CopyLane*> PostgresDestination::lane_of(const schema::Table& table) {
+    std::unique_ptr<CopyLane>& slot = lanes_[table.target];
+    if (!slot) {
+        slot = std::make_unique<CopyLane>();
+        slot->target = target_sql(table);
+        slot->binary = table.copy_binary;
+        slot->copy_sql = "COPY " + slot->target + " (" + join_quoted(column_names(table)) + ", " +
+                         kLsnColumn + ") FROM STDIN" +
+                         (table.copy_binary ? " (FORMAT binary)" : "");
+        if (!idle_lanes_.empty()) {
+            slot->conn = std::move(idle_lanes_.back());
+            idle_lanes_.pop_back();
+        }
+    }
+    CopyLane* lane = slot.get();
+    // The batch before must be on its way first: one batch in flight per lane.
+    co_await lane->sending.join();
+    co_return lane;
+}
+
+void PostgresDestination::hand_to_lane(CopyLane* lane, std::string bytes, std::int64_t rows,
+                                       TableProgress progress) {
+    lane->progress = std::move(progress);
+    lane->uncommitted_rows += rows;
+    lane->sending.spawn(send_to_lane(this, lane, std::move(bytes)));
 }
 
 io::Task<void> PostgresDestination::copy_tuples(std::shared_ptr<const schema::Table> table,
@@ -845,21 +883,7 @@ io::Task<void> PostgresDestination::copy_tuples(std::shared_ptr<const schema::Ta
     CopyLane* lane = nullptr;
     std::string header;
     if (apart) {
-        const std::string target = target_sql(*table);
-        std::unique_ptr<CopyLane>& slot = lanes_[table->target];
-        if (!slot) {
-            slot = std::make_unique<CopyLane>();
-            slot->target = target;
-            slot->copy_sql = "COPY " + target + " (" + join_quoted(column_names(*table)) + ", " +
-                             kLsnColumn + ") FROM STDIN (FORMAT binary)";
-            if (!idle_lanes_.empty()) {
-                slot->conn = std::move(idle_lanes_.back());
-                idle_lanes_.pop_back();
-            }
-        }
-        lane = slot.get();
-        // The batch before must be on its way first: one batch in flight per lane.
-        co_await lane->sending.join();
+        lane = co_await lane_of(*table);
     } else {
         header = co_await open_copy(table);
     }
@@ -875,9 +899,8 @@ io::Task<void> PostgresDestination::copy_tuples(std::shared_ptr<const schema::Ta
         std::memcpy(tuples.bytes.data() + at, be.data(), 8);
     }
     if (lane != nullptr) {
-        lane->progress = std::move(apart);
-        lane->uncommitted_rows += std::int64_t(tuples.version_at.size());
-        lane->sending.spawn(send_to_lane(this, lane, std::move(tuples.bytes)));
+        hand_to_lane(lane, std::move(tuples.bytes), std::int64_t(tuples.version_at.size()),
+                     std::move(*apart));
         co_return;
     }
     co_await send_copy(header, true);
@@ -895,9 +918,11 @@ io::Task<void> PostgresDestination::send_to_lane(PostgresDestination* self, Copy
             co_await lane->conn->exec("BEGIN");
             co_await lane->conn->copy_in_start(lane->copy_sql);
             lane->open = true;
-            std::string header;
-            schema::append_binary_copy_header(header);
-            co_await lane->conn->put_copy_data(std::move(header));
+            if (lane->binary) {
+                std::string header;
+                schema::append_binary_copy_header(header);
+                co_await lane->conn->put_copy_data(std::move(header));
+            }
         }
         co_await lane->conn->put_copy_data(std::move(bytes));
     } catch (const io::PgError& e) {

@@ -1,6 +1,6 @@
 // PostgresDestination: a PostgreSQL database kept in step with the source (DESIGN §5 "PostgreSQL
-// destination"), through async PgConnections on the loop: one for everything but the binary
-// copies of tables, which go through a connection per table (CopyLane).
+// destination"), through async PgConnections on the loop: one for everything but the copies
+// of tables, which go through a connection per table (CopyLane).
 //
 // Values. Tables handed to it have `source_text` set: every value is the source's own text
 // output (DateStyle ISO, TimeZone UTC, IntervalStyle iso_8601, shortest exact floats, hex
@@ -71,8 +71,11 @@ public:
     }
     io::Task<std::vector<TableProgress>> table_states(std::string slot) override;
     io::Task<void> follow_schema(std::shared_ptr<const schema::Table> table) override;
+    /// Sends the rows as COPY text; with `apart`, through the table's CopyLane, without waiting
+    /// for them to be sent.
     io::Task<void> copy_rows(std::shared_ptr<const schema::Table> table,
-                             std::vector<schema::Row> rows, schema::Lsn version) override;
+                             std::vector<schema::Row> rows, schema::Lsn version,
+                             std::optional<TableProgress> apart) override;
     /// Sends the tuples as they are, each with `version` written into its _pgtide_lsn field.
     /// With `apart`, through the table's CopyLane, without waiting for them to be sent.
     io::Task<void> copy_tuples(std::shared_ptr<const schema::Table> table, CopyTuples tuples,
@@ -134,7 +137,8 @@ private:
     ///    lane holds its share lock only between that check and its COMMIT.
     struct CopyLane {
         std::string target;                    ///< the table, quoted
-        std::string copy_sql;                  ///< its COPY … FROM STDIN (FORMAT binary)
+        std::string copy_sql;                  ///< its COPY … FROM STDIN
+        bool binary = false;                   ///< the COPY is binary (Table::copy_binary)
         std::optional<io::PgConnection> conn;  ///< connected by its first send
         bool open = false;                     ///< its transaction and COPY are open
         std::optional<TableProgress> progress; ///< covers the rows sent since its last commit
@@ -181,6 +185,10 @@ private:
     io::Task<void> truncate(const Change& change);
     io::Task<void> move_row(const Change& change);
     io::Task<void> send_copy(std::string& buffer, bool last);
+    /// The lane of `table`, made on first use, once the batch it has on its way is sent.
+    io::Task<CopyLane*> lane_of(const schema::Table& table);
+    /// Starts sending `bytes` (`rows` rows, covered by `progress` once in) through `lane`.
+    void hand_to_lane(CopyLane* lane, std::string bytes, std::int64_t rows, TableProgress progress);
     /// Sends `bytes` through `lane`: connects, begins and opens its COPY first when needed;
     /// commits once the lane holds copy_commit_rows rows.
     static io::Task<void> send_to_lane(PostgresDestination* self, CopyLane* lane,

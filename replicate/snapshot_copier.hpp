@@ -20,8 +20,8 @@
 // Up to parallel_tables readers then take work items (a whole table, or one range of a split
 // table) in order: every table's first item, then every split table's second, and so on, so
 // that tables are copied at once; the ranges of one table are copied at once by several
-// readers under the one exported snapshot. A range is read in keyset order, one binary COPY per page of page_rows
-// rows; the next page continues after the last key read, with literals built from
+// readers under the one exported snapshot. A range is read in keyset order, one binary COPY per
+// page of page_rows rows; the next page continues after the last key read, with literals built from
 // server-produced values. Rows go to the applier in batches bounded by batch_rows and
 // batch_bytes through a bounded channel: a slow destination stalls the readers, never grows
 // memory (at most channel capacity + one batch per reader are decoded and not yet applied).

@@ -90,7 +90,8 @@ void SqliteWriter::free_written_batches() {
 }
 
 io::Task<void> SqliteWriter::copy_rows(std::shared_ptr<const schema::Table> table,
-                                       std::vector<schema::Row> rows, schema::Lsn version) {
+                                       std::vector<schema::Row> rows, schema::Lsn version,
+                                       std::optional<TableProgress>) {
     free_written_batches();
     SqliteDestination* db = db_.get();
     auto job = [this, db, table = std::move(table), rows = std::move(rows), version]() mutable {

@@ -27,8 +27,10 @@ public:
     io::Task<std::vector<TableProgress>> table_states(std::string slot) override;
     io::Task<void> create_tables(std::vector<schema::Table> tables) override;
     io::Task<void> follow_schema(std::shared_ptr<const schema::Table> table) override;
+    /// The rows commit with the applier's transaction, `apart` or not (one writer).
     io::Task<void> copy_rows(std::shared_ptr<const schema::Table> table,
-                             std::vector<schema::Row> rows, schema::Lsn version) override;
+                             std::vector<schema::Row> rows, schema::Lsn version,
+                             std::optional<TableProgress> apart) override;
     /// Throws InternalError: tables copied into SQLite are never copy_binary.
     io::Task<void> copy_tuples(std::shared_ptr<const schema::Table> table, CopyTuples tuples,
                                schema::Lsn version, std::optional<TableProgress> apart) override;

@@ -72,11 +72,13 @@ io::Task<Outcome> copy_with_a_broken_batch(std::string path) {
     auto table = std::make_shared<const Table>(items());
     Outcome outcome;
     try {
-        co_await writer->copy_rows(table, rows(1, 100), checkpoint().consistent_lsn);
+        co_await writer->copy_rows(table, rows(1, 100), checkpoint().consistent_lsn, std::nullopt);
         std::vector<Row> broken = rows(101, 200);
         broken[50].pop_back(); // one value short: the writer refuses the batch
-        co_await writer->copy_rows(table, std::move(broken), checkpoint().consistent_lsn);
-        co_await writer->copy_rows(table, rows(201, 300), checkpoint().consistent_lsn);
+        co_await writer->copy_rows(table, std::move(broken), checkpoint().consistent_lsn,
+                                   std::nullopt);
+        co_await writer->copy_rows(table, rows(201, 300), checkpoint().consistent_lsn,
+                                   std::nullopt);
         Checkpoint next = checkpoint();
         next.lsn = schema::Lsn(checkpoint().lsn.value() + 0x1000);
         std::vector<TableProgress> progress{TableProgress{"public.items", "items",
