@@ -122,9 +122,10 @@ private:
         bool has_null_ = false;
     };
 
-    /// A connection of its own that copies one table (copy_tuples with `apart`), in its own
-    /// transactions: one destination backend bounds a copy (it parses, writes the heap and the
-    /// WAL), so tables copied at once each get one, and the applier does not wait for them.
+    /// A connection of its own that copies one table (copy_rows or copy_tuples with `apart`), in
+    /// its own transactions: one destination backend bounds a copy (it parses, writes the heap
+    /// and the WAL), so tables copied at once each get one, and the applier does not wait for
+    /// them.
     ///  * Its rows commit together with the table's progress row, which only the lane writes
     ///    while it exists (commit() leaves it out): rows and the progress covering them never
     ///    commit apart. It commits every copy_commit_rows rows, and when the copy is whole.
