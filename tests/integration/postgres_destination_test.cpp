@@ -118,6 +118,17 @@ protected:
 
     Rows dest_query(const std::string& sql) const { return pg().query(dest_db_, sql); }
 
+    /// Writes pgtide.toml for publication "pub" into this destination, followed by `tuning`
+    /// (TOML sections); returns its path.
+    std::string write_config(const std::string& tuning) const {
+        const std::string config = (dir_ / "pgtide.toml").string();
+        std::ofstream f(config);
+        f << "[source]\ndsn = \"" << dsn() << "\"\npublications = [\"pub\"]\nslot = \"" << slot()
+          << "\"\n[destination]\nurl = \"" << dest_url() << "\"\n"
+          << tuning;
+        return config;
+    }
+
     /// Source and destination give the same text for `sql`, row by row.
     void expect_same(const std::string& sql) const {
         const Rows source = query(sql);
@@ -253,15 +264,9 @@ TEST_F(PostgresDestination, CopyAddsThePrimaryKeyOnceWholeAlsoAfterAKill) {
     exec("CREATE TABLE big (id bigint PRIMARY KEY, v text NOT NULL);"
          "INSERT INTO big SELECT g, 'value ' || g FROM generate_series(1, 200000) g;"
          "CREATE PUBLICATION pub FOR TABLE big");
-    const std::string config = (dir_ / "pgtide.toml").string();
-    {
-        // Small pages and batches: the copy commits every 1,000 rows and lasts long enough to
-        // be seen and killed inside.
-        std::ofstream f(config);
-        f << "[source]\ndsn = \"" << dsn() << "\"\npublications = [\"pub\"]\nslot = \"" << slot()
-          << "\"\n[destination]\nurl = \"" << dest_url()
-          << "\"\n[snapshot]\npage_rows = 1000\nbatch_rows = 200\n";
-    }
+    // Small pages and batches: the copy commits every 1,000 rows and lasts long enough to be
+    // seen and killed inside.
+    const std::string config = write_config("[snapshot]\npage_rows = 1000\nbatch_rows = 200\n");
     const std::vector<std::string> args{"run", "-c", config};
     const std::string key_sql = "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON "
                                 "a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) WHERE "
@@ -326,16 +331,11 @@ TEST_F(PostgresDestination, TablesCopiedAtOnceCommitRowsWithTheirProgressAndAreF
          std::to_string(kRows) +
          ") g;"
          "CREATE PUBLICATION pub FOR TABLE big_a, big_b");
-    const std::string config = (dir_ / "pgtide.toml").string();
-    {
-        // Small pages and batches: each table's connection commits every 1,000 rows (five
-        // apply batches) and the copy lasts long enough to be sampled and taken over inside.
-        std::ofstream f(config);
-        f << "[source]\ndsn = \"" << dsn() << "\"\npublications = [\"pub\"]\nslot = \"" << slot()
-          << "\"\n[destination]\nurl = \"" << dest_url()
-          << "\"\n[snapshot]\npage_rows = 500\nbatch_rows = 100\nparallel_tables = 2\n"
-             "[apply]\nbatch_rows = 200\n";
-    }
+    // Small pages and batches: each table's connection commits every 1,000 rows (five apply
+    // batches) and the copy lasts long enough to be sampled and taken over inside.
+    const std::string config =
+        write_config("[snapshot]\npage_rows = 500\nbatch_rows = 100\nparallel_tables = 2\n"
+                     "[apply]\nbatch_rows = 200\n");
     PgtideProcess p({"run", "-c", config});
     // In one statement, hence one snapshot: each table's rows, and the rows its progress counts.
     const std::string sample_sql =
