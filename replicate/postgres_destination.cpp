@@ -4,6 +4,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "io/log.hpp"
 #include "replicate/errors.hpp"
 #include "replicate/session.hpp"
 #include "schema/binary_copy.hpp"
@@ -523,6 +524,7 @@ io::Task<void> PostgresDestination::close() {
         c.close();
     }
     idle_lanes_.clear();
+    laneless_.clear();
     conn_.close();
 }
 
@@ -824,7 +826,8 @@ io::Task<void> PostgresDestination::copy_rows(std::shared_ptr<const schema::Tabl
     std::string buffer;
     if (apart) {
         lane = co_await lane_of(*table);
-    } else {
+    }
+    if (lane == nullptr) {
         buffer = co_await open_copy(table);
     }
     const std::string version_text = lsn_text(version);
@@ -847,20 +850,42 @@ io::Task<void> PostgresDestination::copy_rows(std::shared_ptr<const schema::Tabl
 }
 
 io::Task<PostgresDestination::CopyLane*> PostgresDestination::lane_of(const schema::Table& table) {
-    std::unique_ptr<CopyLane>& slot = lanes_[table.target];
-    if (!slot) {
-        slot = std::make_unique<CopyLane>();
-        slot->target = target_sql(table);
-        slot->binary = table.copy_binary;
-        slot->copy_sql = "COPY " + slot->target + " (" + join_quoted(column_names(table)) + ", " +
+    if (laneless_.contains(table.target)) {
+        co_return nullptr;
+    }
+    if (!lanes_.contains(table.target)) {
+        std::optional<io::PgConnection> conn;
+        if (!idle_lanes_.empty()) {
+            conn = std::move(idle_lanes_.back());
+            idle_lanes_.pop_back();
+        } else {
+            std::string refused;
+            try {
+                conn = co_await io::PgConnection::connect(url_,
+                                                          sql_connection_params(application_name_));
+            } catch (const io::PgError& e) {
+                refused = e.what();
+            }
+            if (!refused.empty()) {
+                // A destination at its connection limit (max_connections, or the role's or the
+                // database's CONNECTION LIMIT) still takes the copy, through the main connection.
+                io::log_warn("copying a table through the main destination connection: a "
+                             "connection of its own was refused",
+                             {{"table", target_sql(table)}, {"error", refused}});
+                laneless_.insert(table.target);
+                co_return nullptr;
+            }
+        }
+        auto lane = std::make_unique<CopyLane>();
+        lane->target = target_sql(table);
+        lane->binary = table.copy_binary;
+        lane->copy_sql = "COPY " + lane->target + " (" + join_quoted(column_names(table)) + ", " +
                          kLsnColumn + ") FROM STDIN" +
                          (table.copy_binary ? " (FORMAT binary)" : "");
-        if (!idle_lanes_.empty()) {
-            slot->conn = std::move(idle_lanes_.back());
-            idle_lanes_.pop_back();
-        }
+        lane->conn = std::move(conn);
+        lanes_.emplace(table.target, std::move(lane));
     }
-    CopyLane* lane = slot.get();
+    CopyLane* lane = lanes_.at(table.target).get();
     // The batch before must be on its way first: one batch in flight per lane.
     co_await lane->sending.join();
     co_return lane;
@@ -884,7 +909,8 @@ io::Task<void> PostgresDestination::copy_tuples(std::shared_ptr<const schema::Ta
     std::string header;
     if (apart) {
         lane = co_await lane_of(*table);
-    } else {
+    }
+    if (lane == nullptr) {
         header = co_await open_copy(table);
     }
     const auto lsn = std::uint64_t(std::int64_t(version.value()));
@@ -910,10 +936,6 @@ io::Task<void> PostgresDestination::copy_tuples(std::shared_ptr<const schema::Ta
 io::Task<void> PostgresDestination::send_to_lane(PostgresDestination* self, CopyLane* lane,
                                                  std::string bytes) {
     try {
-        if (!lane->conn) {
-            lane->conn = co_await io::PgConnection::connect(
-                self->url_, sql_connection_params(self->application_name_));
-        }
         if (!lane->open) {
             co_await lane->conn->exec("BEGIN");
             co_await lane->conn->copy_in_start(lane->copy_sql);

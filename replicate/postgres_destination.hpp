@@ -40,6 +40,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -140,7 +141,7 @@ private:
         std::string target;                    ///< the table, quoted
         std::string copy_sql;                  ///< its COPY … FROM STDIN
         bool binary = false;                   ///< the COPY is binary (Table::copy_binary)
-        std::optional<io::PgConnection> conn;  ///< connected by its first send
+        std::optional<io::PgConnection> conn;  ///< connected when the lane is made
         bool open = false;                     ///< its transaction and COPY are open
         std::optional<TableProgress> progress; ///< covers the rows sent since its last commit
         std::int64_t uncommitted_rows = 0;
@@ -186,11 +187,13 @@ private:
     io::Task<void> truncate(const Change& change);
     io::Task<void> move_row(const Change& change);
     io::Task<void> send_copy(std::string& buffer, bool last);
-    /// The lane of `table`, made on first use, once the batch it has on its way is sent.
+    /// The lane of `table`, made on first use, once the batch it has on its way is sent; null
+    /// when the destination refused the lane a connection (its rows then go through the main
+    /// connection, in the main transaction).
     io::Task<CopyLane*> lane_of(const schema::Table& table);
     /// Starts sending `bytes` (`rows` rows, covered by `progress` once in) through `lane`.
     void hand_to_lane(CopyLane* lane, std::string bytes, std::int64_t rows, TableProgress progress);
-    /// Sends `bytes` through `lane`: connects, begins and opens its COPY first when needed;
+    /// Sends `bytes` through `lane`: begins and opens its COPY first when needed;
     /// commits once the lane holds copy_commit_rows rows.
     static io::Task<void> send_to_lane(PostgresDestination* self, CopyLane* lane,
                                        std::string bytes);
@@ -212,6 +215,8 @@ private:
     std::map<std::string, std::unique_ptr<CopyLane>> lanes_; ///< by Table::target
     std::int64_t copy_commit_rows_;
     std::vector<io::PgConnection> idle_lanes_; ///< connections of lanes whose copy is whole
+    /// Tables copied through the main connection because a connection of their own was refused.
+    std::set<std::string> laneless_;
     /// The checkpoint as last committed: the owner a lane checks before it commits.
     std::optional<Checkpoint> committed_;
 };
