@@ -10,6 +10,7 @@
 #include "replicate/session.hpp"
 #include "schema/binary_copy.hpp"
 #include "schema/codec.hpp"
+#include "schema/pg_types.hpp"
 #include "schema/sql_quote.hpp"
 
 namespace pgtide::replicate {
@@ -17,6 +18,18 @@ namespace pgtide::replicate {
 namespace {
 
 using schema::append_be32;
+
+/// Whether a key column of a binary copy is an integer (int2, int4, int8, oid, or a domain over
+/// one) whose literal for the next page is printed from its binary value: the page query then
+/// selects no `::text` of it. That column cost the source's readers about a third more CPU per
+/// row of a narrow table (bench/RESULTS.md, 2026-12-04). bool, also stored as an integer, keeps
+/// its `::text`: the literal 1 does not compare with a boolean.
+bool binary_integer_key(const schema::Table& t, std::size_t k) {
+    const schema::TableColumn& c = t.columns[k];
+    return t.copy_binary && c.type.element_oid == 0 &&
+           (c.type.oid == schema::oid::kInt2 || c.type.oid == schema::oid::kInt4 ||
+            c.type.oid == schema::oid::kInt8 || c.type.oid == schema::oid::kOid);
+}
 
 /// An empty batch of range `range` of table `table`, with room reserved for `rows` rows, or
 /// for `bytes` of tuples when the table is copied in binary.
@@ -181,7 +194,8 @@ std::string SnapshotCopier::page_query(const SourceTable& st, const std::vector<
     // The text form of every non-integer key column (of every key column when the values stay
     // binary), for the next page's literals.
     for (auto k : t.key_columns) {
-        if (t.copy_binary || t.columns[k].storage != schema::StorageClass::Integer) {
+        if ((t.copy_binary && !binary_integer_key(t, k)) ||
+            (!t.copy_binary && t.columns[k].storage != schema::StorageClass::Integer)) {
             select += ", " + schema::quote_identifier(t.columns[k].name) + "::text";
         }
     }
@@ -537,7 +551,16 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
                 std::size_t extra = t.columns.size();
                 for (std::size_t n = 0; n < t.key_columns.size(); ++n) {
                     const auto k = t.key_columns[n];
-                    if (t.copy_binary) {
+                    if (binary_integer_key(t, k)) {
+                        const auto& f = fields[k];
+                        if (!f) {
+                            throw DefiniteError(ExitCode::Other,
+                                                "a NULL in key column \"" + t.columns[k].name +
+                                                    "\" while copying " + t.qualified());
+                        }
+                        last_key[n] = std::to_string(
+                            std::get<std::int64_t>(schema::decode_binary(t.columns[k].type, *f)));
+                    } else if (t.copy_binary) {
                         // The value is binary: its text output was selected after the columns.
                         const auto& f = fields.at(extra++);
                         last_key[n].assign(f ? *f : std::string_view{});
