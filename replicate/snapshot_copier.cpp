@@ -126,6 +126,8 @@ bool is_integer_text(std::string_view text) {
 
 // The literals of a key (one text output per key column), to continue a keyset after it:
 // integers as they are (their text is digits), every other value quoted and cast to its type.
+// A bool is stored as an integer too, but the literal 1 does not compare with a boolean: it is
+// quoted and cast ('1'::boolean is true).
 std::vector<std::string> key_literals(io::PgConnection& conn, const SourceTable& st,
                                       const std::vector<std::string>& key) {
     const schema::Table& t = st.table;
@@ -134,7 +136,7 @@ std::vector<std::string> key_literals(io::PgConnection& conn, const SourceTable&
         const auto k = t.key_columns[n];
         const bool literal = !t.source_text &&
                              t.columns[k].storage == schema::StorageClass::Integer &&
-                             is_integer_text(key[n]);
+                             t.columns[k].type.oid != schema::oid::kBool && is_integer_text(key[n]);
         out.push_back(literal ? key[n]
                               : conn.escape_literal(key[n]) + "::" + st.columns[k].type_sql);
     }

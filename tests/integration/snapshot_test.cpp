@@ -104,6 +104,21 @@ TEST_F(Snapshot, OddNamesAndCompositeKeysOfMixedTypesPageCorrectly) {
                  R"sql(SELECT "ID", "ünï" FROM "UPPER" ORDER BY "ID")sql");
 }
 
+// A key led by a boolean pages past its first page. A bool is stored as an integer, and its
+// next-page literal was the bare 1 or 0; without the cast, PostgreSQL refused the page query
+// ("operator does not exist: boolean > integer") and the copy failed (key_literals in
+// replicate/snapshot_copier.cpp, before it quoted and cast a bool).
+TEST_F(Snapshot, KeysLedByABooleanPageCorrectly) {
+    exec("CREATE TABLE flags (flag boolean, id int, v text, PRIMARY KEY (flag, id))");
+    exec("INSERT INTO flags SELECT g % 3 = 0, g, 'v' || g FROM generate_series(1, 500) g");
+    exec("CREATE PUBLICATION pub FOR TABLE flags");
+    std::string out;
+    std::string err;
+    ASSERT_EQ(run_config_once(config(), &out, &err), 0) << out << err;
+    expect_equal("SELECT flag::int::text, id::text, v FROM flags ORDER BY flags.flag, flags.id",
+                 "SELECT flag, id, v FROM flags ORDER BY flag, id");
+}
+
 TEST_F(Snapshot, RowFilterAndColumnListShapeTheCopyAndTheStream) {
     // The filter's column must be in the replica identity and the column list must cover it.
     exec("CREATE TABLE orders (id int, tenant int, secret text, total int, "
