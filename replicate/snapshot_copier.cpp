@@ -193,8 +193,8 @@ std::string SnapshotCopier::page_query(const SourceTable& st, const std::vector<
                 "CASE WHEN " + column + " IS NULL THEN NULL ELSE format('%s', " + column + ") END";
         }
     }
-    // The text form of every non-integer key column (of every key column when the values stay
-    // binary), for the next page's literals.
+    // The text form of every non-integer key column (when the values stay binary, of every key
+    // column but int2, int4, int8 and oid: binary_integer_key), for the next page's literals.
     for (auto k : t.key_columns) {
         if ((t.copy_binary && !binary_integer_key(t, k)) ||
             (!t.copy_binary && t.columns[k].storage != schema::StorageClass::Integer)) {
