@@ -19,16 +19,18 @@ namespace {
 
 using schema::append_be32;
 
-/// Whether a key column of a binary copy is an integer (int2, int4, int8, oid, or a domain over
-/// one) whose literal for the next page is printed from its binary value: the page query then
-/// selects no `::text` of it. That column cost the source's readers about a third more CPU per
-/// row of a narrow table (bench/RESULTS.md, 2026-12-04). bool, also stored as an integer, keeps
-/// its `::text`: the literal 1 does not compare with a boolean.
+/// Whether a key column's literal for the next page is its value's digits: int2, int4, int8 and
+/// oid (or a domain over one). A bool is stored as an integer too, but the literal 1 does not
+/// compare with a boolean: it is quoted and cast ('1'::boolean is true).
+bool integer_literal_key(const schema::TableColumn& c) {
+    return c.storage == schema::StorageClass::Integer && c.type.oid != schema::oid::kBool;
+}
+
+/// Whether a key column of a binary copy has its next-page literal printed from its binary
+/// value, so that the page query selects no `::text` of it: that column cost the source's
+/// readers about a third more CPU per row of a narrow table (bench/RESULTS.md, 2026-12-04).
 bool binary_integer_key(const schema::Table& t, std::size_t k) {
-    const schema::TableColumn& c = t.columns[k];
-    return t.copy_binary && c.type.element_oid == 0 &&
-           (c.type.oid == schema::oid::kInt2 || c.type.oid == schema::oid::kInt4 ||
-            c.type.oid == schema::oid::kInt8 || c.type.oid == schema::oid::kOid);
+    return t.copy_binary && integer_literal_key(t.columns[k]);
 }
 
 /// An empty batch of range `range` of table `table`, with room reserved for `rows` rows, or
@@ -126,17 +128,14 @@ bool is_integer_text(std::string_view text) {
 
 // The literals of a key (one text output per key column), to continue a keyset after it:
 // integers as they are (their text is digits), every other value quoted and cast to its type.
-// A bool is stored as an integer too, but the literal 1 does not compare with a boolean: it is
-// quoted and cast ('1'::boolean is true).
 std::vector<std::string> key_literals(io::PgConnection& conn, const SourceTable& st,
                                       const std::vector<std::string>& key) {
     const schema::Table& t = st.table;
     std::vector<std::string> out;
     for (std::size_t n = 0; n < key.size() && n < t.key_columns.size(); ++n) {
         const auto k = t.key_columns[n];
-        const bool literal = !t.source_text &&
-                             t.columns[k].storage == schema::StorageClass::Integer &&
-                             t.columns[k].type.oid != schema::oid::kBool && is_integer_text(key[n]);
+        const bool literal =
+            !t.source_text && integer_literal_key(t.columns[k]) && is_integer_text(key[n]);
         out.push_back(literal ? key[n]
                               : conn.escape_literal(key[n]) + "::" + st.columns[k].type_sql);
     }
