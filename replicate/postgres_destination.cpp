@@ -667,7 +667,7 @@ io::Task<void> PostgresDestination::ensure_table(const schema::Table& table, Ret
     }
     if (have.empty() && !want.empty()) {
         // A copy into the table (or one about to start) dropped the key until it is whole
-        // (drop_key).
+        // (prepare_for_copy).
         io::PgResult copying = co_await run_params(
             std::string("SELECT 1 FROM ") + kTablesTable +
                 " WHERE target_table = $1 AND state IN ('init', 'copying') LIMIT 1",
@@ -702,7 +702,7 @@ io::Task<void> PostgresDestination::reset_tables(std::string slot,
         co_await run(std::move(truncate), "emptying the tables for a new epoch");
     }
     for (const auto& t : tables) {
-        co_await drop_key(t);
+        co_await prepare_for_copy(t);
     }
     co_await run_params(std::string("DELETE FROM ") + kTablesTable + " WHERE slot_name = $1",
                         params(slot), "removing the table states of slot " + slot);
@@ -716,20 +716,22 @@ io::Task<void> PostgresDestination::empty_tables(std::vector<schema::Table> tabl
                             params(t.target), "removing the tombstones of " + t.target);
         co_await run("TRUNCATE " + target_sql(t), "emptying " + t.target + " for its copy");
         co_await ensure_table(t, Retype::Empty); // the source's columns as they are now
-        co_await drop_key(t);
+        co_await prepare_for_copy(t);
     }
 }
 
-io::Task<void> PostgresDestination::drop_key(const schema::Table& table) {
+io::Task<void> PostgresDestination::prepare_for_copy(const schema::Table& table) {
     const std::string target = target_sql(table);
     io::PgResult pk = co_await run_params(
         "SELECT conname FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'p'",
         params(target), "reading the primary key of " + target);
+    std::string sql = "ALTER TABLE " + target + " ";
     if (pk.rows() == 1) {
-        std::string sql = "ALTER TABLE " + target + " DROP CONSTRAINT " +
-                          quote_identifier(std::string(pk.get(0, 0)));
-        co_await run(std::move(sql), "dropping the primary key of " + target + " for its copy");
+        sql += "DROP CONSTRAINT " + quote_identifier(std::string(pk.get(0, 0))) + ", ";
     }
+    sql += "SET (autovacuum_enabled = false, toast.autovacuum_enabled = false)";
+    co_await run(std::move(sql), "dropping the primary key of " + target +
+                                     " and pausing its autovacuum for its copy");
 }
 
 io::Task<void> PostgresDestination::table_copied(std::shared_ptr<const schema::Table> table) {
@@ -747,14 +749,17 @@ io::Task<void> PostgresDestination::table_copied(std::shared_ptr<const schema::T
     io::PgResult pk = co_await run_params(
         "SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'p'",
         params(target), "reading the primary key of " + target);
+    std::string sql = "ALTER TABLE " + target + " ";
     if (pk.rows() == 0) {
         std::vector<std::string> keys;
         for (auto k : table->key_columns) {
             keys.push_back(table->columns[k].name);
         }
-        std::string sql = "ALTER TABLE " + target + " ADD PRIMARY KEY (" + join_quoted(keys) + ")";
-        co_await run(std::move(sql), "adding the primary key of " + target + " after its copy");
+        sql += "ADD PRIMARY KEY (" + join_quoted(keys) + "), ";
     }
+    sql += "RESET (autovacuum_enabled, toast.autovacuum_enabled)";
+    co_await run(std::move(sql), "adding the primary key of " + target +
+                                     " and resuming its autovacuum after its copy");
 }
 
 io::Task<void> PostgresDestination::request_copies(std::string slot,

@@ -170,10 +170,12 @@ private:
     /// Creates the target table, or adds the columns it lacks and deals with changed types as
     /// `retype` says.
     io::Task<void> ensure_table(const schema::Table& table, Retype retype = Retype::Refuse);
-    /// Drops the primary key of `table`'s target, emptied for a copy: the index is built once
-    /// the copy is whole (table_copied), from sorted keys, instead of row by row (more than half
-    /// of a copy's time on the destination).
-    io::Task<void> drop_key(const schema::Table& table);
+    /// Readies `table`'s target, emptied for a copy, for loading: drops its primary key (the
+    /// index is built once the copy is whole, in table_copied, from sorted keys, instead of row
+    /// by row: more than half of a copy's time on the destination) and turns autovacuum off for
+    /// it until then (a vacuum of a table being loaded is wasted work, and one still running
+    /// when the copy ends holds up ADD PRIMARY KEY until PostgreSQL cancels it, a second later).
+    io::Task<void> prepare_for_copy(const schema::Table& table);
     io::Task<void> merge(const std::vector<const Change*>& upserts,
                          const std::vector<const Change*>& deletes);
     /// The merge statements of `table`'s target for its current columns, prepared on first use.

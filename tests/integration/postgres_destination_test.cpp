@@ -253,13 +253,15 @@ TEST_F(PostgresDestination, KilledWhileStreamingRestartsExactly) {
     EXPECT_LE(std::stoll(confirmed), std::stoll(checkpoint));
 }
 
-// A copy into PostgreSQL loads the table without its primary key and adds it once the copy is
-// whole (building the index from sorted keys, not row by row). Seen without it mid-copy and
-// killed there, the next run finishes the copy, adds the key, and streams on: its merges
+// A copy into PostgreSQL loads the table without its primary key and with autovacuum off (for
+// the table and its TOAST table), and adds the key and turns autovacuum back on once the copy is
+// whole (building the index from sorted keys, not row by row). Seen so mid-copy and killed
+// there, the next run finishes the copy, adds the key, and streams on: its merges
 // (INSERT … ON CONFLICT) need the key.
 // Broken on purpose: without the key added back, the second run failed ("there is no unique or
 // exclusion constraint matching the ON CONFLICT specification"); with the key kept during the
-// copy, the check mid-copy failed.
+// copy, the check mid-copy failed; without the RESET after the copy, the autovacuum check after
+// the copy failed.
 TEST_F(PostgresDestination, CopyAddsThePrimaryKeyOnceWholeAlsoAfterAKill) {
     PGTIDE_REQUIRE_PG();
     exec("CREATE TABLE big (id bigint PRIMARY KEY, v text NOT NULL);"
@@ -272,6 +274,11 @@ TEST_F(PostgresDestination, CopyAddsThePrimaryKeyOnceWholeAlsoAfterAKill) {
     const std::string key_sql = "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON "
                                 "a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) WHERE "
                                 "i.indrelid = 'big'::regclass AND i.indisprimary";
+    // The table's storage options, then its TOAST table's.
+    const std::string options_sql =
+        "SELECT coalesce(array_to_string(c.reloptions, ','), '') || '|' || "
+        "coalesce(array_to_string(t.reloptions, ','), '') FROM pg_class c JOIN pg_class t ON "
+        "t.oid = c.reltoastrelid WHERE c.oid = 'big'::regclass";
     {
         PgtideProcess p(args);
         ASSERT_TRUE(wait_for([&] {
@@ -284,6 +291,9 @@ TEST_F(PostgresDestination, CopyAddsThePrimaryKeyOnceWholeAlsoAfterAKill) {
             }
         })) << p.stderr_text();
         EXPECT_TRUE(dest_query(key_sql).empty()) << "the key is there while the table is copied";
+        EXPECT_EQ(dest_query(options_sql).at(0).at(0),
+                  std::optional<std::string>("autovacuum_enabled=false|autovacuum_enabled=false"))
+            << "autovacuum is on while the table is copied";
         p.kill(SIGKILL);
         p.wait();
     }
@@ -299,6 +309,8 @@ TEST_F(PostgresDestination, CopyAddsThePrimaryKeyOnceWholeAlsoAfterAKill) {
     const Rows key = dest_query(key_sql);
     ASSERT_EQ(key.size(), 1u);
     EXPECT_EQ(key[0][0], std::optional<std::string>("id"));
+    EXPECT_EQ(dest_query(options_sql).at(0).at(0), std::optional<std::string>("|"))
+        << "autovacuum is still off after the copy";
     expect_same("SELECT id, v FROM big ORDER BY id");
 
     exec("UPDATE big SET v = 'updated' WHERE id % 7 = 0;"
