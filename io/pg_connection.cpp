@@ -2,6 +2,7 @@
 // PQisBusy/PQgetResult, PQgetCopyData(async), PQputCopyData/End) on one-shot socket polls.
 #include "io/pg_connection.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -383,8 +384,7 @@ Task<PgResult> exec_params_impl(std::shared_ptr<PgConnection::State> s, std::str
     co_return co_await finish_command(s.get(), /*copy_ok=*/false);
 }
 
-Task<void> prepare_impl(std::shared_ptr<PgConnection::State> s, std::string name,
-                        std::string sql) {
+Task<void> prepare_impl(std::shared_ptr<PgConnection::State> s, std::string name, std::string sql) {
     ensure_open(s);
     const CommandDeadline deadline(s.get());
     if (PQsendPrepare(s->conn, name.c_str(), sql.c_str(), 0, nullptr) == 0) {
@@ -483,17 +483,24 @@ Task<CopyRead> copy_both_read_impl(std::shared_ptr<PgConnection::State> s, Deadl
 
 Task<void> put_copy_data_impl(std::shared_ptr<PgConnection::State> s, std::string bytes) {
     ensure_open(s);
-    for (;;) {
-        const int r = PQputCopyData(s->conn, bytes.data(), static_cast<int>(bytes.size()));
-        if (r == 1) {
-            break;
-        }
+    // Put and sent in pieces: after a partial send libpq moves the rest of its buffer to the
+    // front, so a batch of megabytes put at once was moved again after every send the socket
+    // took (a fifth of pgtide's CPU in a copy into PostgreSQL was memmove).
+    constexpr std::size_t kPiece = 64 << 10;
+    std::size_t at = 0;
+    do {
+        const std::size_t n = std::min(kPiece, bytes.size() - at);
+        const int r = PQputCopyData(s->conn, bytes.data() + at, static_cast<int>(n));
         if (r < 0) {
             throw connection_error(s->conn, "sending COPY data", true);
         }
-        co_await wait_socket(s.get(), POLLOUT, std::nullopt);
-    }
-    co_await flush(s.get());
+        if (r == 0) {
+            co_await wait_socket(s.get(), POLLOUT, std::nullopt);
+            continue;
+        }
+        at += n;
+        co_await flush(s.get());
+    } while (at < bytes.size());
 }
 
 Task<PgResult> copy_in_end_impl(std::shared_ptr<PgConnection::State> s) {
