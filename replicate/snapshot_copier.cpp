@@ -490,6 +490,19 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
     stats_.max_ranges_in_flight = std::max(stats_.max_ranges_in_flight, copy.in_flight);
     std::vector<std::string> after = work.after;
     std::vector<std::string> last_key(t.key_columns.size());
+    // A binary integer key column's value as read (2, 4 or 8 bytes), printed into last_key only
+    // when last_key is used (settle_key): printing every row's key cost as much as reading it.
+    std::vector<std::string> last_raw(t.key_columns.size());
+    const auto settle_key = [](const schema::Table& table, const std::vector<std::string>& raw,
+                               std::vector<std::string>& key) {
+        for (std::size_t n = 0; n < table.key_columns.size(); ++n) {
+            const auto k = table.key_columns[n];
+            if (binary_integer_key(table, k) && !raw[n].empty()) {
+                key[n] = std::to_string(
+                    std::get<std::int64_t>(schema::decode_binary(table.columns[k].type, raw[n])));
+            }
+        }
+    };
     std::int64_t total = 0;
     // Reserved, so that a batch does not grow by reallocation (capped: batch_rows may be big).
     const auto reserve = std::size_t(std::min<std::int64_t>(options_.batch_rows, 4096));
@@ -559,8 +572,7 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
                                                 "a NULL in key column \"" + t.columns[k].name +
                                                     "\" while copying " + t.qualified());
                         }
-                        last_key[n] = std::to_string(
-                            std::get<std::int64_t>(schema::decode_binary(t.columns[k].type, *f)));
+                        last_raw[n].assign(*f);
                     } else if (t.copy_binary) {
                         // The value is binary: its text output was selected after the columns.
                         const auto& f = fields.at(extra++);
@@ -579,6 +591,7 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
                     }
                 }
                 if (row_bytes > options_.max_row_bytes) {
+                    settle_key(t, last_raw, last_key);
                     const std::string key =
                         t.copy_binary ? describe_key(t, last_key) : describe_key(t, row);
                     throw DefiniteError(ExitCode::Other,
@@ -597,6 +610,7 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
                 ++in_page;
                 if (batch.size() >= options_.batch_rows || batch_bytes >= options_.batch_bytes) {
                     total += batch.size();
+                    settle_key(t, last_raw, last_key);
                     batch.reached = last_key;
                     ApplyWork full(std::move(batch)); // named: see tests/lint_layers.sh
                     const bool sent = co_await out.send(std::move(full));
@@ -611,11 +625,13 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
         if (in_page < options_.page_rows) {
             break;
         }
+        settle_key(t, last_raw, last_key);
         after = key_literals(conn, st, last_key);
     }
     // The range's last batch, even without rows: it tells the applier the range is done.
     total += batch.size();
     if (batch.size() > 0) {
+        settle_key(t, last_raw, last_key);
         batch.reached = last_key;
     }
     batch.range_done = true;
