@@ -444,6 +444,33 @@ TEST_F(PostgresDestination, TablesCopyThroughTheMainConnectionWhenRefusedOneOfTh
     expect_same("SELECT id, v FROM big_b ORDER BY id");
 }
 
+// Batches of megabytes go to the destination in 64 KiB pieces (PgConnection::put_copy_data), and
+// values larger than a piece are cut across several: both arrive whole, in a binary copy and in
+// a text copy (an enum column makes a table's copy text).
+// Broken on purpose: with a byte skipped after each piece (`at += n + 1`), the run failed
+// ("committing the rows copied into "public"."blobs": invalid byte sequence for encoding "UTF8"").
+TEST_F(PostgresDestination, BatchesLargerThanAPieceArriveWhole) {
+    PGTIDE_REQUIRE_PG();
+    exec("CREATE TYPE mood AS ENUM ('calm', 'busy');"
+         "CREATE TABLE blobs (id bigint PRIMARY KEY, v text NOT NULL);"
+         "CREATE TABLE tagged (id bigint PRIMARY KEY, m mood NOT NULL, v text NOT NULL);"
+         "INSERT INTO blobs SELECT g, repeat(md5(g::text), CASE WHEN g % 500 = 0 THEN 10000 "
+         "ELSE 1 + g % 40 END) FROM generate_series(1, 6000) g;"
+         "INSERT INTO tagged SELECT g, CASE WHEN g % 3 = 0 THEN 'busy' ELSE 'calm' END::mood, "
+         "repeat(md5(g::text), CASE WHEN g % 700 = 0 THEN 9000 ELSE 1 + g % 30 END) "
+         "FROM generate_series(1, 6000) g;"
+         "CREATE PUBLICATION pub FOR TABLE blobs, tagged");
+    const std::string config = write_config("[snapshot]\nparallel_tables = 2\n");
+    std::string out;
+    std::string err;
+    ASSERT_EQ(PgtideProcess::run({"run", "-c", config, "--once"}, &out, &err), 0) << err;
+    const Rows largest = dest_query("SELECT max(length(v)) FROM blobs");
+    ASSERT_EQ(largest.size(), 1u);
+    EXPECT_EQ(largest[0][0], std::optional<std::string>("320000"));
+    expect_same("SELECT id, v FROM blobs ORDER BY id");
+    expect_same("SELECT id, m, v FROM tagged ORDER BY id");
+}
+
 // Broken on purpose once, then reverted: Coordinator::run_phases (replicate/coordinator.cpp)
 // checked the other owner's lease the wrong way round: `lease_until_unix_ms < unix_ms_now()`.
 // The second process took over the checkpoint and stopped only at the busy slot ("replication
