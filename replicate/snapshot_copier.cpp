@@ -33,6 +33,20 @@ bool binary_integer_key(const schema::Table& t, std::size_t k) {
     return t.copy_binary && integer_literal_key(t.columns[k]);
 }
 
+/// Prints into `key` the binary integer key columns (binary_integer_key) whose values `raw`
+/// holds as read, once a batch, page or range ends: printing every row's key cost as much as
+/// reading it.
+void print_integer_keys(const schema::Table& t, const std::vector<std::string>& raw,
+                        std::vector<std::string>& key) {
+    for (std::size_t n = 0; n < t.key_columns.size(); ++n) {
+        const auto k = t.key_columns[n];
+        if (binary_integer_key(t, k) && !raw[n].empty()) {
+            key[n] = std::to_string(
+                std::get<std::int64_t>(schema::decode_binary(t.columns[k].type, raw[n])));
+        }
+    }
+}
+
 /// An empty batch of range `range` of table `table`, with room reserved for `rows` rows, or
 /// for `bytes` of tuples when the table is copied in binary.
 CopyRows empty_batch(std::size_t table, std::size_t range, bool binary, std::size_t rows,
@@ -491,18 +505,8 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
     std::vector<std::string> after = work.after;
     std::vector<std::string> last_key(t.key_columns.size());
     // A binary integer key column's value as read (2, 4 or 8 bytes), printed into last_key only
-    // when last_key is used (settle_key): printing every row's key cost as much as reading it.
+    // when last_key is used (print_integer_keys).
     std::vector<std::string> last_raw(t.key_columns.size());
-    const auto settle_key = [](const schema::Table& table, const std::vector<std::string>& raw,
-                               std::vector<std::string>& key) {
-        for (std::size_t n = 0; n < table.key_columns.size(); ++n) {
-            const auto k = table.key_columns[n];
-            if (binary_integer_key(table, k) && !raw[n].empty()) {
-                key[n] = std::to_string(
-                    std::get<std::int64_t>(schema::decode_binary(table.columns[k].type, raw[n])));
-            }
-        }
-    };
     std::int64_t total = 0;
     // Reserved, so that a batch does not grow by reallocation (capped: batch_rows may be big).
     const auto reserve = std::size_t(std::min<std::int64_t>(options_.batch_rows, 4096));
@@ -591,7 +595,7 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
                     }
                 }
                 if (row_bytes > options_.max_row_bytes) {
-                    settle_key(t, last_raw, last_key);
+                    print_integer_keys(t, last_raw, last_key);
                     const std::string key =
                         t.copy_binary ? describe_key(t, last_key) : describe_key(t, row);
                     throw DefiniteError(ExitCode::Other,
@@ -610,7 +614,7 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
                 ++in_page;
                 if (batch.size() >= options_.batch_rows || batch_bytes >= options_.batch_bytes) {
                     total += batch.size();
-                    settle_key(t, last_raw, last_key);
+                    print_integer_keys(t, last_raw, last_key);
                     batch.reached = last_key;
                     ApplyWork full(std::move(batch)); // named: see tests/lint_layers.sh
                     const bool sent = co_await out.send(std::move(full));
@@ -625,13 +629,13 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
         if (in_page < options_.page_rows) {
             break;
         }
-        settle_key(t, last_raw, last_key);
+        print_integer_keys(t, last_raw, last_key);
         after = key_literals(conn, st, last_key);
     }
     // The range's last batch, even without rows: it tells the applier the range is done.
     total += batch.size();
     if (batch.size() > 0) {
-        settle_key(t, last_raw, last_key);
+        print_integer_keys(t, last_raw, last_key);
         batch.reached = last_key;
     }
     batch.range_done = true;
