@@ -720,16 +720,31 @@ io::Task<void> PostgresDestination::empty_tables(std::vector<schema::Table> tabl
     }
 }
 
+// The primary key's name (NULL without one) and whether the table takes storage parameters
+// (a plain table; a partitioned one does not: its partitions are vacuumed).
+constexpr const char* kCopyTargetSql =
+    "SELECT (SELECT conname FROM pg_catalog.pg_constraint WHERE conrelid = c.oid AND "
+    "contype = 'p'), c.relkind = 'r' FROM pg_catalog.pg_class c WHERE c.oid = to_regclass($1)";
+
 io::Task<void> PostgresDestination::prepare_for_copy(const schema::Table& table) {
     const std::string target = target_sql(table);
-    io::PgResult pk = co_await run_params(
-        "SELECT conname FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'p'",
-        params(target), "reading the primary key of " + target);
-    std::string sql = "ALTER TABLE " + target + " ";
-    if (pk.rows() == 1) {
-        sql += "DROP CONSTRAINT " + quote_identifier(std::string(pk.get(0, 0))) + ", ";
+    io::PgResult found =
+        co_await run_params(kCopyTargetSql, params(target), "reading the primary key of " + target);
+    if (found.rows() != 1) {
+        throw InternalError("table " + target + " to copy into is missing");
     }
-    sql += "SET (autovacuum_enabled = false, toast.autovacuum_enabled = false)";
+    std::string steps;
+    if (!found.is_null(0, 0)) {
+        steps = "DROP CONSTRAINT " + quote_identifier(std::string(found.get(0, 0)));
+    }
+    if (found.get(0, 1) == "t") {
+        steps += std::string(steps.empty() ? "" : ", ") +
+                 "SET (autovacuum_enabled = false, toast.autovacuum_enabled = false)";
+    }
+    if (steps.empty()) {
+        co_return;
+    }
+    std::string sql = "ALTER TABLE " + target + " " + steps;
     co_await run(std::move(sql), "dropping the primary key of " + target +
                                      " and pausing its autovacuum for its copy");
 }
@@ -746,18 +761,27 @@ io::Task<void> PostgresDestination::table_copied(std::shared_ptr<const schema::T
         lanes_.erase(it);
     }
     co_await begin();
-    io::PgResult pk = co_await run_params(
-        "SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass($1) AND contype = 'p'",
-        params(target), "reading the primary key of " + target);
-    std::string sql = "ALTER TABLE " + target + " ";
-    if (pk.rows() == 0) {
+    io::PgResult found =
+        co_await run_params(kCopyTargetSql, params(target), "reading the primary key of " + target);
+    if (found.rows() != 1) {
+        throw InternalError("table " + target + " copied into is missing");
+    }
+    std::string steps;
+    if (found.is_null(0, 0)) {
         std::vector<std::string> keys;
         for (auto k : table->key_columns) {
             keys.push_back(table->columns[k].name);
         }
-        sql += "ADD PRIMARY KEY (" + join_quoted(keys) + "), ";
+        steps = "ADD PRIMARY KEY (" + join_quoted(keys) + ")";
     }
-    sql += "RESET (autovacuum_enabled, toast.autovacuum_enabled)";
+    if (found.get(0, 1) == "t") {
+        steps += std::string(steps.empty() ? "" : ", ") +
+                 "RESET (autovacuum_enabled, toast.autovacuum_enabled)";
+    }
+    if (steps.empty()) {
+        co_return;
+    }
+    std::string sql = "ALTER TABLE " + target + " " + steps;
     co_await run(std::move(sql), "adding the primary key of " + target +
                                      " and resuming its autovacuum after its copy");
 }

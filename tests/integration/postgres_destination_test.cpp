@@ -784,5 +784,28 @@ TEST_F(PostgresDestination, RefusesAnIncompatibleExistingTable) {
         << err;
 }
 
+// A destination table the user made partitioned (with pgtide's columns and the source's key) is
+// copied into and followed like any other. Partitioned tables take no autovacuum setting of
+// their own: the copy leaves it alone there.
+// Broken on purpose: with autovacuum turned off for every table, the run failed
+// ("unrecognized parameter "autovacuum_enabled"").
+TEST_F(PostgresDestination, PartitionedDestinationTableIsCopiedIntoAndFollowed) {
+    PGTIDE_REQUIRE_PG();
+    exec("CREATE TABLE t (id bigint PRIMARY KEY, v text);"
+         "INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 5000) g;"
+         "CREATE PUBLICATION pub FOR TABLE t");
+    pg().exec(dest_db_, "CREATE TABLE t (id bigint NOT NULL, v text, _pgtide_lsn bigint NOT NULL, "
+                        "PRIMARY KEY (id)) PARTITION BY RANGE (id);"
+                        "CREATE TABLE t_low PARTITION OF t FOR VALUES FROM (MINVALUE) TO (2500);"
+                        "CREATE TABLE t_high PARTITION OF t FOR VALUES FROM (2500) TO (MAXVALUE)");
+    run_once_pg();
+    expect_same("SELECT id, v FROM t ORDER BY id");
+    EXPECT_EQ(pg().query_value(dest_db_, "SELECT count(*) FROM t_low"), "2499");
+    exec("UPDATE t SET v = 'updated' WHERE id % 7 = 0; DELETE FROM t WHERE id % 11 = 0;"
+         "INSERT INTO t SELECT g, 'new' FROM generate_series(5001, 5100) g");
+    run_once_pg();
+    expect_same("SELECT id, v FROM t ORDER BY id");
+}
+
 } // namespace
 } // namespace pgtide::testing
