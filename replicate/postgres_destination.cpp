@@ -720,31 +720,45 @@ io::Task<void> PostgresDestination::empty_tables(std::vector<schema::Table> tabl
     }
 }
 
-// The primary key's name (NULL without one) and whether the table takes storage parameters
-// (a plain table; a partitioned one does not: its partitions are vacuumed).
-constexpr const char* kCopyTargetSql =
-    "SELECT (SELECT conname FROM pg_catalog.pg_constraint WHERE conrelid = c.oid AND "
-    "contype = 'p'), c.relkind = 'r' FROM pg_catalog.pg_class c WHERE c.oid = to_regclass($1)";
+namespace {
 
-io::Task<void> PostgresDestination::prepare_for_copy(const schema::Table& table) {
-    const std::string target = target_sql(table);
-    io::PgResult found =
-        co_await run_params(kCopyTargetSql, params(target), "reading the primary key of " + target);
+/// `ALTER TABLE target` with the steps that are not empty, comma-separated; "" when none is.
+std::string alter_table_sql(const std::string& target, const std::string& first,
+                            const std::string& second) {
+    if (first.empty() && second.empty()) {
+        return {};
+    }
+    return "ALTER TABLE " + target + " " + first + (first.empty() || second.empty() ? "" : ", ") +
+           second;
+}
+
+} // namespace
+
+io::Task<PostgresDestination::CopyTarget> PostgresDestination::copy_target(std::string target) {
+    io::PgResult found = co_await run_params(
+        "SELECT (SELECT conname FROM pg_catalog.pg_constraint WHERE conrelid = c.oid AND "
+        "contype = 'p'), c.relkind = 'r' FROM pg_catalog.pg_class c WHERE c.oid = to_regclass($1)",
+        params(target), "reading the primary key of " + target);
     if (found.rows() != 1) {
         throw InternalError("table " + target + " to copy into is missing");
     }
-    std::string steps;
+    CopyTarget t;
     if (!found.is_null(0, 0)) {
-        steps = "DROP CONSTRAINT " + quote_identifier(std::string(found.get(0, 0)));
+        t.key = std::string(found.get(0, 0));
     }
-    if (found.get(0, 1) == "t") {
-        steps += std::string(steps.empty() ? "" : ", ") +
-                 "SET (autovacuum_enabled = false, toast.autovacuum_enabled = false)";
-    }
-    if (steps.empty()) {
+    t.plain = found.get(0, 1) == "t";
+    co_return t;
+}
+
+io::Task<void> PostgresDestination::prepare_for_copy(const schema::Table& table) {
+    const std::string target = target_sql(table);
+    const CopyTarget found = co_await copy_target(target);
+    std::string sql = alter_table_sql(
+        target, found.key ? "DROP CONSTRAINT " + quote_identifier(*found.key) : std::string(),
+        found.plain ? "SET (autovacuum_enabled = false, toast.autovacuum_enabled = false)" : "");
+    if (sql.empty()) {
         co_return;
     }
-    std::string sql = "ALTER TABLE " + target + " " + steps;
     co_await run(std::move(sql), "dropping the primary key of " + target +
                                      " and pausing its autovacuum for its copy");
 }
@@ -761,27 +775,20 @@ io::Task<void> PostgresDestination::table_copied(std::shared_ptr<const schema::T
         lanes_.erase(it);
     }
     co_await begin();
-    io::PgResult found =
-        co_await run_params(kCopyTargetSql, params(target), "reading the primary key of " + target);
-    if (found.rows() != 1) {
-        throw InternalError("table " + target + " copied into is missing");
-    }
-    std::string steps;
-    if (found.is_null(0, 0)) {
+    const CopyTarget found = co_await copy_target(target);
+    std::string add_key;
+    if (!found.key) {
         std::vector<std::string> keys;
         for (auto k : table->key_columns) {
             keys.push_back(table->columns[k].name);
         }
-        steps = "ADD PRIMARY KEY (" + join_quoted(keys) + ")";
+        add_key = "ADD PRIMARY KEY (" + join_quoted(keys) + ")";
     }
-    if (found.get(0, 1) == "t") {
-        steps += std::string(steps.empty() ? "" : ", ") +
-                 "RESET (autovacuum_enabled, toast.autovacuum_enabled)";
-    }
-    if (steps.empty()) {
+    std::string sql = alter_table_sql(
+        target, add_key, found.plain ? "RESET (autovacuum_enabled, toast.autovacuum_enabled)" : "");
+    if (sql.empty()) {
         co_return;
     }
-    std::string sql = "ALTER TABLE " + target + " " + steps;
     co_await run(std::move(sql), "adding the primary key of " + target +
                                      " and resuming its autovacuum after its copy");
 }

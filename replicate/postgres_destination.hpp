@@ -176,6 +176,14 @@ private:
     /// it until then (a vacuum of a table being loaded is wasted work, and one still running
     /// when the copy ends holds up ADD PRIMARY KEY until PostgreSQL cancels it, a second later).
     io::Task<void> prepare_for_copy(const schema::Table& table);
+    /// What prepare_for_copy and table_copied change about a copy's target table.
+    struct CopyTarget {
+        std::optional<std::string> key; ///< the name of its primary key, when it has one
+        /// A plain table, which takes storage parameters (a partitioned one does not: its
+        /// partitions are vacuumed on their own).
+        bool plain = false;
+    };
+    io::Task<CopyTarget> copy_target(std::string target);
     io::Task<void> merge(const std::vector<const Change*>& upserts,
                          const std::vector<const Change*>& deletes);
     /// The merge statements of `table`'s target for its current columns, prepared on first use.
