@@ -22,6 +22,7 @@ struct PgConnection::State {
     int readers = 0;      // coroutines suspended waiting for input in copy_both_read
     std::optional<std::chrono::milliseconds> command_timeout; // see set_command_timeout
     Deadline command_deadline; // of the command running now, from command_timeout
+    bool sent = false;         // send_prepared_binary sent a command that finish_sent reads
 
     State() = default;
     State(const State&) = delete;
@@ -105,6 +106,9 @@ PgError result_error(PGconn* conn, const PGresult* r) {
 void ensure_open(const std::shared_ptr<PgConnection::State>& s) {
     if (!s || s->conn == nullptr) {
         throw PgError("connection is closed", {}, true);
+    }
+    if (s->sent) {
+        throw std::logic_error("a command was started before finish_sent read the one sent");
     }
 }
 
@@ -394,10 +398,10 @@ Task<void> prepare_impl(std::shared_ptr<PgConnection::State> s, std::string name
     co_await finish_command(s.get(), /*copy_ok=*/false);
 }
 
-Task<PgResult> exec_prepared_binary_impl(std::shared_ptr<PgConnection::State> s, std::string name,
-                                         std::vector<std::string> params) {
-    ensure_open(s);
-    const CommandDeadline deadline(s.get());
+/// Queues and flushes the prepared statement `name` with binary parameters; its results are
+/// left for the caller to read.
+Task<void> send_prepared_binary_impl(PgConnection::State* s, std::string name,
+                                     std::vector<std::string> params) {
     std::vector<const char*> values;
     std::vector<int> lengths;
     const std::vector<int> formats(params.size(), 1);
@@ -411,7 +415,48 @@ Task<PgResult> exec_prepared_binary_impl(std::shared_ptr<PgConnection::State> s,
                             lengths.data(), formats.data(), 0) == 0) {
         throw connection_error(s->conn, "sending a prepared statement", false);
     }
-    co_await flush(s.get());
+    co_await flush(s);
+}
+
+Task<PgResult> exec_prepared_binary_impl(std::shared_ptr<PgConnection::State> s, std::string name,
+                                         std::vector<std::string> params) {
+    ensure_open(s);
+    const CommandDeadline deadline(s.get());
+    co_await send_prepared_binary_impl(s.get(), std::move(name), std::move(params));
+    co_return co_await finish_command(s.get(), /*copy_ok=*/false);
+}
+
+Task<void> send_only_impl(std::shared_ptr<PgConnection::State> s, std::string name,
+                          std::vector<std::string> params) {
+    ensure_open(s);
+    // The deadline runs from now until finish_sent has read the answer.
+    if (s->command_timeout) {
+        s->command_deadline = std::chrono::steady_clock::now() + *s->command_timeout;
+    }
+    try {
+        co_await send_prepared_binary_impl(s.get(), std::move(name), std::move(params));
+    } catch (...) {
+        s->command_deadline.reset();
+        throw;
+    }
+    s->sent = true;
+}
+
+Task<PgResult> finish_sent_impl(std::shared_ptr<PgConnection::State> s) {
+    if (!s || !s->sent) {
+        throw std::logic_error("finish_sent without a command sent");
+    }
+    // Whatever happens now, the command is over: a lost connection fails the next one too.
+    struct Over {
+        PgConnection::State* s;
+        ~Over() {
+            s->sent = false;
+            s->command_deadline.reset();
+        }
+    } over{s.get()};
+    if (s->conn == nullptr) {
+        throw PgError("connection is closed", {}, true);
+    }
     co_return co_await finish_command(s.get(), /*copy_ok=*/false);
 }
 
@@ -638,6 +683,18 @@ Task<void> PgConnection::prepare(std::string name, std::string sql) {
 Task<PgResult> PgConnection::exec_prepared_binary(std::string name,
                                                   std::vector<std::string> params) {
     return exec_prepared_binary_impl(state_, std::move(name), std::move(params));
+}
+
+Task<void> PgConnection::send_prepared_binary(std::string name, std::vector<std::string> params) {
+    return send_only_impl(state_, std::move(name), std::move(params));
+}
+
+Task<PgResult> PgConnection::finish_sent() {
+    return finish_sent_impl(state_);
+}
+
+bool PgConnection::has_sent() const noexcept {
+    return state_ && state_->sent;
 }
 
 Task<void> PgConnection::copy_out_start(std::string sql) {

@@ -115,6 +115,14 @@ public:
     /// Runs the prepared statement `name` with every parameter in binary format (the
     /// parameter type's send/recv form; none is NULL).
     Task<PgResult> exec_prepared_binary(std::string name, std::vector<std::string> params);
+    /// exec_prepared_binary in two halves, so that the caller can work while the server runs
+    /// the statement: send_prepared_binary returns once it is sent, finish_sent reads its
+    /// results (and throws its error). Until then no other command may start (logic_error).
+    /// The command timeout counts from the send.
+    Task<void> send_prepared_binary(std::string name, std::vector<std::string> params);
+    Task<PgResult> finish_sent();
+    /// A command was sent that finish_sent has not read yet.
+    bool has_sent() const noexcept;
 
     /// Starts `COPY ... TO STDOUT`; throws PgError if the server refuses it.
     Task<void> copy_out_start(std::string sql);

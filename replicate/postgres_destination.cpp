@@ -305,6 +305,7 @@ io::Task<io::PgResult> PostgresDestination::run(std::string sql, std::string wha
     if (!copying_.empty()) {
         co_await end_copy();
     }
+    co_await settle();
     try {
         io::PgResult r = co_await conn_.exec(std::move(sql));
         co_return r;
@@ -319,6 +320,7 @@ PostgresDestination::run_params(std::string sql, std::vector<std::optional<std::
     if (!copying_.empty()) {
         co_await end_copy();
     }
+    co_await settle();
     try {
         io::PgResult r = co_await conn_.exec_params(std::move(sql), std::move(values));
         co_return r;
@@ -343,6 +345,19 @@ io::Task<void> PostgresDestination::end_copy() {
         co_await conn_.copy_in_end();
     } catch (const io::PgError& e) {
         fail(e, "copying rows into " + target);
+    }
+}
+
+io::Task<void> PostgresDestination::settle() {
+    if (!sent_) {
+        co_return;
+    }
+    const std::string what = std::move(*sent_);
+    sent_.reset();
+    try {
+        co_await conn_.finish_sent();
+    } catch (const io::PgError& e) {
+        fail(e, what);
     }
 }
 
@@ -493,6 +508,13 @@ io::Task<void> PostgresDestination::rollback() {
             // The rows sent so far go with the transaction.
             try {
                 co_await end_copy();
+            } catch (const DestinationError&) {
+            }
+        }
+        if (sent_) {
+            // Its work goes with the transaction.
+            try {
+                co_await settle();
             } catch (const DestinationError&) {
             }
         }
@@ -836,6 +858,7 @@ io::Task<std::string> PostgresDestination::open_copy(std::shared_ptr<const schem
     if (!copying_.empty()) {
         co_await end_copy();
     }
+    co_await settle();
     std::string sql = "COPY " + target + " (" + join_quoted(column_names(*table)) + ", " +
                       kLsnColumn + ") FROM STDIN" + (binary ? " (FORMAT binary)" : "");
     try {
@@ -1221,6 +1244,7 @@ PostgresDestination::merge_statements(const schema::Table& table) {
     if (!copying_.empty()) {
         co_await end_copy(); // rows of a table copied beside the stream
     }
+    co_await settle();
     try {
         co_await conn_.prepare(merge.upsert, std::move(upsert));
         co_await conn_.prepare(merge.remove, std::move(remove));
@@ -1241,11 +1265,13 @@ io::Task<void> PostgresDestination::run_prepared(std::string name, std::vector<T
     for (auto& a : arrays) {
         params.push_back(std::move(a).finish());
     }
+    co_await settle();
     try {
-        co_await conn_.exec_prepared_binary(std::move(name), std::move(params));
+        co_await conn_.send_prepared_binary(std::move(name), std::move(params));
     } catch (const io::PgError& e) {
         fail(e, what);
     }
+    sent_ = std::move(what);
 }
 
 io::Task<void> PostgresDestination::update_partial(const Change& change) {

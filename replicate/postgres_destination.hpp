@@ -157,6 +157,9 @@ private:
     [[noreturn]] void fail(const std::exception& e, const std::string& what) const;
     io::Task<void> begin();
     io::Task<void> end_copy();
+    /// Reads the answer to the merge statement run_prepared sent, if any (its error is thrown
+    /// here, described by what it did). Every other use of the connection comes after it.
+    io::Task<void> settle();
     /// Begins the transaction if needed and opens the COPY of `table`'s rows in its format
     /// (binary when copy_binary), ending a COPY of another table or format left open. Returns
     /// what to send before the rows: the binary header when it opened a binary COPY, else "".
@@ -192,6 +195,8 @@ private:
     /// values of each change), then one of their versions.
     static std::vector<TextArray> arrays_of(const std::vector<const Change*>& changes,
                                             std::size_t width);
+    /// Sends the prepared statement `name` with `arrays`, without waiting for its answer: the
+    /// server runs it while the next batch is readied (settle reads it).
     io::Task<void> run_prepared(std::string name, std::vector<TextArray> arrays, std::string what);
     io::Task<void> update_partial(const Change& change);
     io::Task<void> truncate(const Change& change);
@@ -219,6 +224,7 @@ private:
     bool in_transaction_ = false;
     std::string copying_;                   ///< target table of the COPY left open; "" when none
     std::vector<std::string> copy_columns_; ///< its column list
+    std::optional<std::string> sent_;       ///< what the statement sent and not settled does
     std::map<std::string, Merge> merges_;   ///< by target table and its columns' names and types
     std::string url_;                       ///< for the lanes' connections
     std::string application_name_;

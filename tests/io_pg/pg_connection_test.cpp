@@ -297,6 +297,80 @@ TEST_F(PgConnectionTest, TerminatedBackendIsConnectionLost) {
     EXPECT_TRUE(e.connection_lost) << e.what();
 }
 
+// --- a statement sent now, its answer read later ------------------------------------------
+
+struct SentResult {
+    bool blocked_while_sent = false; ///< the server was running it after send returned
+    bool other_command_refused = false;
+    std::string answer;
+    std::string error_state;
+    std::string after_error;
+    bool timed_out_as_lost = false;
+};
+
+Task<SentResult> send_then_finish(std::string dsn) {
+    SentResult out;
+    PgConnection conn = co_await PgConnection::connect(dsn);
+    PgConnection locker = co_await PgConnection::connect(dsn);
+    co_await conn.exec("CREATE TABLE gate (n int); INSERT INTO gate VALUES (41)");
+    co_await conn.prepare("bump", "SELECT n + ($1::text)::int FROM gate");
+    co_await locker.exec("BEGIN; LOCK TABLE gate IN ACCESS EXCLUSIVE MODE");
+    std::vector<std::string> one{"1"};
+    co_await conn.send_prepared_binary("bump", std::move(one));
+    EXPECT_TRUE(conn.has_sent());
+    // The server holds the statement behind the lock while we go on.
+    const auto give_up = Clock::now() + 30s;
+    while (!out.blocked_while_sent && Clock::now() < give_up) {
+        PgResult waiting = co_await locker.exec(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE "
+            "'SELECT n + %'");
+        out.blocked_while_sent = waiting.get(0, 0) == "1";
+        co_await sleep_for(10ms);
+    }
+    try {
+        co_await conn.exec("SELECT 1");
+    } catch (const std::logic_error&) {
+        out.other_command_refused = true;
+    }
+    co_await locker.exec("COMMIT");
+    PgResult r = co_await conn.finish_sent();
+    out.answer = std::string(r.get(0, 0));
+    EXPECT_FALSE(conn.has_sent());
+
+    std::vector<std::string> bad{"x"};
+    co_await conn.send_prepared_binary("bump", std::move(bad));
+    try {
+        co_await conn.finish_sent();
+    } catch (const PgError& e) {
+        out.error_state = e.sqlstate;
+    }
+    PgResult still = co_await conn.exec("SELECT 'usable'");
+    out.after_error = std::string(still.get(0, 0));
+
+    // The command timeout counts from the send.
+    co_await locker.exec("BEGIN; LOCK TABLE gate IN ACCESS EXCLUSIVE MODE");
+    conn.set_command_timeout(300ms);
+    std::vector<std::string> two{"2"};
+    co_await conn.send_prepared_binary("bump", std::move(two));
+    try {
+        co_await conn.finish_sent();
+    } catch (const PgError& e) {
+        out.timed_out_as_lost = e.connection_lost;
+    }
+    co_await locker.exec("ROLLBACK");
+    co_return out;
+}
+
+TEST_F(PgConnectionTest, SentStatementRunsWhileTheCallerGoesOnAndIsReadLater) {
+    const SentResult r = sync_wait(loop_, send_then_finish(dsn()));
+    EXPECT_TRUE(r.blocked_while_sent);
+    EXPECT_TRUE(r.other_command_refused);
+    EXPECT_EQ(r.answer, "42");
+    EXPECT_EQ(r.error_state, "22P02"); // invalid input syntax for type integer
+    EXPECT_EQ(r.after_error, "usable");
+    EXPECT_TRUE(r.timed_out_as_lost);
+}
+
 // --- COPY BOTH on a replication connection -------------------------------------------------
 
 struct StreamResult {
