@@ -24,14 +24,17 @@
 //    into an empty slot and "replace iff C > v" never has a row to compare with.
 //  * Stream changes are reduced to the last change per key (an update with unchanged TOAST
 //    columns takes them from an earlier change of the same key in the batch) and merged with
-//    one prepared `INSERT … SELECT … FROM unnest(…) ON CONFLICT … DO UPDATE … WHERE
-//    _pgtide_lsn <= excluded._pgtide_lsn` and one prepared `DELETE … USING unnest(…) WHERE
-//    _pgtide_lsn <= the change's version`. Each column travels as one binary text[] parameter
-//    of the source's text values, cast to the column's type in the statement. An update whose TOAST
-//    columns stay unknown becomes an UPDATE of the known columns (none when the row is absent: the
-//    rules' skip). A truncate at L deletes the rows at or below L, at its place in the batch. An
-//    update that changed the key and left TOAST columns unchanged becomes an INSERT … SELECT from
-//    the old key's row, after what came before it in the batch.
+//    one prepared `MERGE … USING unnest(…) … WHEN MATCHED AND _pgtide_lsn <= the change's
+//    version THEN UPDATE … WHEN NOT MATCHED THEN INSERT` (before PostgreSQL 15: `INSERT …
+//    SELECT … FROM unnest(…) ON CONFLICT … DO UPDATE … WHERE _pgtide_lsn <=
+//    excluded._pgtide_lsn`) and one prepared `DELETE … USING unnest(…) WHERE _pgtide_lsn <= the
+//    change's version`, each sent without waiting for its answer (settle reads it). Each column
+//    travels as one binary text[] parameter of the source's text values, cast to the column's type
+//    in the statement. An update whose TOAST columns stay unknown becomes an UPDATE of the known
+//    columns (none when the row is absent: the rules' skip). A truncate at L deletes the rows at or
+//    below L, at its place in the batch. An update that changed the key and left TOAST columns
+//    unchanged becomes an INSERT … SELECT from the old key's row, after what came before it in the
+//    batch.
 //  * Tombstones are not recorded: stream changes never meet a copy that is still running (the
 //    applier's stream starts after the snapshot), which is the only case they exist for.
 #pragma once
@@ -101,13 +104,17 @@ public:
     /// No transaction may be open. Suspends.
     io::Task<void> create_types(std::vector<UserType> types);
 
+    /// Merges upserts with INSERT … ON CONFLICT, as on a server older than PostgreSQL 15 (which
+    /// has no MERGE). For tests of that path; before the first stream batch.
+    void use_on_conflict_upserts();
+
     /// The destination table of `table`, quoted: "schema"."name".
     static std::string target_sql(const schema::Table& table);
 
 private:
     /// The prepared merge statements of one target table, for one shape of its columns.
     struct Merge {
-        std::string upsert; ///< statement name: INSERT … ON CONFLICT … DO UPDATE … WHERE
+        std::string upsert; ///< statement name: MERGE (INSERT … ON CONFLICT before 15)
         std::string remove; ///< statement name: versioned DELETE … USING
     };
     /// One column's values of a batch as a binary `text[]` parameter (array_recv's input).
@@ -230,6 +237,7 @@ private:
     std::string application_name_;
     std::map<std::string, std::unique_ptr<CopyLane>> lanes_; ///< by Table::target
     std::int64_t copy_commit_rows_;
+    bool merge_upserts_; ///< upserts are merged with MERGE (PostgreSQL 15+), else ON CONFLICT
     std::vector<io::PgConnection> idle_lanes_; ///< connections of lanes whose copy is whole
     /// Tables copied through the main connection because a connection of their own was refused.
     std::set<std::string> laneless_;
