@@ -770,7 +770,11 @@ io::Task<PostgresDestination::CopyTarget> PostgresDestination::copy_target(std::
         "contype = 'p'), c.relkind = 'r' FROM pg_catalog.pg_class c WHERE c.oid = to_regclass($1)",
         params(target), "reading the primary key of " + target);
     if (found.rows() != 1) {
-        throw InternalError("table " + target + " to copy into is missing");
+        // Dropped in the destination while pgtide was running (it made the table).
+        throw DestinationError(DestinationErrorKind::Schema, 0,
+                               describe() + ": table " + target +
+                                   " to copy into is missing: it was dropped while pgtide "
+                                   "was copying it");
     }
     CopyTarget t;
     if (!found.is_null(0, 0)) {
