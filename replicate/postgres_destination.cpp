@@ -1,6 +1,7 @@
 // PostgresDestination: set-based versioned apply into PostgreSQL over the async connection.
 #include "replicate/postgres_destination.hpp"
 
+#include <charconv>
 #include <cstring>
 #include <unordered_map>
 
@@ -8,6 +9,7 @@
 #include "replicate/errors.hpp"
 #include "replicate/session.hpp"
 #include "schema/binary_copy.hpp"
+#include "schema/pg_types.hpp"
 #include "schema/sql_quote.hpp"
 
 namespace pgtide::replicate {
@@ -224,30 +226,124 @@ bool has_unchanged(const schema::Row& row) {
 
 } // namespace
 
-void PostgresDestination::TextArray::add(const schema::Value& value) {
-    ++count_;
-    if (std::holds_alternative<schema::Null>(value)) {
-        has_null_ = true;
-        append_be32(elements_, 0xffffffffu); // length -1
-        return;
+PostgresDestination::ParamArray::Element
+PostgresDestination::ParamArray::element_of(const schema::TypeRef& type) {
+    if (type.element_oid != 0) {
+        return Element::Text;
     }
-    if (const auto* text = std::get_if<std::string>(&value)) {
-        append_be32(elements_, std::uint32_t(text->size()));
-        elements_ += *text;
-        return;
+    switch (type.oid) {
+    case schema::oid::kInt2:
+        return Element::Int2;
+    case schema::oid::kInt4:
+        return Element::Int4;
+    case schema::oid::kInt8:
+        return Element::Int8;
+    case schema::oid::kBool:
+        return Element::Bool;
+    default:
+        return Element::Text;
     }
-    const std::optional<std::string> text = param_of(value); // an integer, or throws
-    append_be32(elements_, std::uint32_t(text->size()));
-    elements_ += *text;
 }
 
-std::string PostgresDestination::TextArray::finish() && {
-    constexpr std::uint32_t kTextOid = 25;
+const char* PostgresDestination::ParamArray::sql_type(Element element) {
+    switch (element) {
+    case Element::Int2:
+        return "pg_catalog.int2[]";
+    case Element::Int4:
+        return "pg_catalog.int4[]";
+    case Element::Int8:
+        return "pg_catalog.int8[]";
+    case Element::Bool:
+        return "pg_catalog.bool[]";
+    case Element::Text:
+        break;
+    }
+    return "pg_catalog.text[]";
+}
+
+namespace {
+
+/// `v` as `bytes` big-endian bytes (two's complement).
+void append_be(std::string& out, std::int64_t v, int bytes) {
+    for (int i = bytes - 1; i >= 0; --i) {
+        out.push_back(static_cast<char>((static_cast<std::uint64_t>(v) >> (8 * i)) & 0xff));
+    }
+}
+
+} // namespace
+
+bool PostgresDestination::ParamArray::add(const schema::Value& value) {
+    if (std::holds_alternative<schema::Null>(value)) {
+        ++count_;
+        has_null_ = true;
+        append_be32(elements_, 0xffffffffu); // length -1
+        return true;
+    }
+    const auto* text = std::get_if<std::string>(&value);
+    if (element_ == Element::Text) {
+        const std::optional<std::string> integer =
+            text == nullptr ? param_of(value) : std::nullopt; // an integer, or throws
+        const std::string& t = text != nullptr ? *text : *integer;
+        ++count_;
+        append_be32(elements_, std::uint32_t(t.size()));
+        elements_ += t;
+        return true;
+    }
+    if (element_ == Element::Bool) {
+        if (text == nullptr || (*text != "t" && *text != "f")) {
+            return false;
+        }
+        ++count_;
+        append_be32(elements_, 1);
+        elements_.push_back(*text == "t" ? 1 : 0);
+        return true;
+    }
+    std::int64_t n = 0;
+    if (const auto* i = std::get_if<std::int64_t>(&value)) {
+        n = *i;
+    } else if (text == nullptr) {
+        return false;
+    } else {
+        const char* end = text->data() + text->size();
+        const auto [ptr, ec] = std::from_chars(text->data(), end, n);
+        if (ec != std::errc() || ptr != end) {
+            return false;
+        }
+    }
+    const int bytes = element_ == Element::Int2 ? 2 : element_ == Element::Int4 ? 4 : 8;
+    if (bytes < 8 &&
+        (n < -(std::int64_t(1) << (8 * bytes - 1)) || n >= (std::int64_t(1) << (8 * bytes - 1)))) {
+        return false;
+    }
+    ++count_;
+    append_be32(elements_, std::uint32_t(bytes));
+    append_be(elements_, n, bytes);
+    return true;
+}
+
+std::string PostgresDestination::ParamArray::finish() && {
+    std::uint32_t oid = schema::oid::kText;
+    switch (element_) {
+    case Element::Int2:
+        oid = schema::oid::kInt2;
+        break;
+    case Element::Int4:
+        oid = schema::oid::kInt4;
+        break;
+    case Element::Int8:
+        oid = schema::oid::kInt8;
+        break;
+    case Element::Bool:
+        oid = schema::oid::kBool;
+        break;
+    case Element::Text:
+        break;
+    }
     std::string out;
     out.reserve(20 + elements_.size());
     append_be32(out, 1); // dimensions
     append_be32(out, has_null_ ? 1 : 0);
-    append_be32(out, kTextOid);
+    append_be32(out, oid);
     append_be32(out, count_);
     append_be32(out, 1); // lower bound
     out += elements_;
@@ -1170,25 +1266,44 @@ io::Task<void> PostgresDestination::merge(const std::vector<const Change*>& upse
     if (!upserts.empty()) {
         // Named first: GCC 12 mishandles temporaries built inside a co_await expression.
         std::string what = "merging " + std::to_string(upserts.size()) + " upserts into " + target;
-        std::vector<TextArray> arrays = arrays_of(upserts, table.columns.size());
+        std::vector<std::size_t> columns(table.columns.size());
+        for (std::size_t c = 0; c < columns.size(); ++c) {
+            columns[c] = c;
+        }
+        std::vector<ParamArray> arrays = arrays_of(upserts, columns);
         co_await run_prepared(statements.upsert, std::move(arrays), std::move(what));
     }
     if (!deletes.empty()) {
         // A delete's values are its key's.
         std::string what = "merging " + std::to_string(deletes.size()) + " deletes into " + target;
-        std::vector<TextArray> arrays = arrays_of(deletes, table.key_columns.size());
+        std::vector<ParamArray> arrays = arrays_of(deletes, table.key_columns);
         co_await run_prepared(statements.remove, std::move(arrays), std::move(what));
     }
 }
 
-std::vector<PostgresDestination::TextArray>
-PostgresDestination::arrays_of(const std::vector<const Change*>& changes, std::size_t width) {
-    std::vector<TextArray> arrays(width + 1);
-    for (const Change* c : changes) {
-        for (std::size_t v = 0; v < width; ++v) {
-            arrays[v].add(c->values.at(v));
+std::vector<PostgresDestination::ParamArray>
+PostgresDestination::arrays_of(const std::vector<const Change*>& changes,
+                               const std::vector<std::size_t>& columns) {
+    const schema::Table& table = *changes.front()->table;
+    std::vector<ParamArray> arrays;
+    arrays.reserve(columns.size() + 1);
+    for (std::size_t c : columns) {
+        arrays.emplace_back(ParamArray::element_of(table.columns.at(c).type));
+    }
+    arrays.emplace_back(ParamArray::Element::Int8);
+    for (const Change* change : changes) {
+        for (std::size_t v = 0; v < columns.size(); ++v) {
+            if (!arrays[v].add(change->values.at(v))) {
+                const auto* text = std::get_if<std::string>(&change->values[v]);
+                throw DestinationError(
+                    DestinationErrorKind::Other, 0,
+                    "the source sent '" + (text != nullptr ? *text : std::string("?")) +
+                        "' for column \"" + table.columns[columns[v]].name + "\" of " +
+                        table.qualified() + ", which is not a value of its type " +
+                        table.columns[columns[v]].type_sql);
+            }
         }
-        arrays.back().add(schema::Value(std::int64_t(c->version.value())));
+        arrays.back().add(schema::Value(std::int64_t(change->version.value())));
     }
     return arrays;
 }
@@ -1196,18 +1311,22 @@ PostgresDestination::arrays_of(const std::vector<const Change*>& changes, std::s
 io::Task<PostgresDestination::Merge>
 PostgresDestination::merge_statements(const schema::Table& table) {
     const std::string target = target_sql(table);
-    // The column types are part of the shape: the statements cast to them.
+    // The column types are part of the shape: the statements cast to them, and their base
+    // types choose the parameters' types.
     std::string shape = target;
     for (std::size_t c = 0; c < table.columns.size(); ++c) {
-        shape += '\n' + table.columns[c].name + '\t' + type_of(table, c);
+        shape += '\n' + table.columns[c].name + '\t' + type_of(table, c) + '\t' +
+                 std::to_string(table.columns[c].type.oid) + '\t' +
+                 std::to_string(table.columns[c].type.element_oid);
     }
     const auto found = merges_.find(shape);
     if (found != merges_.end()) {
         co_return found->second;
     }
-    // Every value travels as text (the source's output) in a text[] parameter per column, and
-    // is cast to its column's type by the statement: the input function reads it back, as COPY
-    // would, with no staging table to fill, scan and empty.
+    // Every column travels as one array parameter, unnested into rows with no staging table to
+    // fill, scan and empty: integers and booleans as arrays of their type, every other value as
+    // text (the source's output) that the statement casts to its column's type, where the
+    // input function reads it back as COPY would.
     const std::string n = std::to_string(merges_.size() + 1);
     Merge merge{"pgtide_upsert_" + n, "pgtide_delete_" + n};
     std::string list;
@@ -1219,7 +1338,9 @@ PostgresDestination::merge_statements(const schema::Table& table) {
         const std::string alias = "_c" + std::to_string(c + 1);
         list += col + ", ";
         select += "s." + alias + "::" + type_of(table, c) + ", ";
-        unnest += "pg_catalog.unnest($" + std::to_string(c + 1) + "::pg_catalog.text[]), ";
+        unnest += "pg_catalog.unnest($" + std::to_string(c + 1) +
+                  "::" + ParamArray::sql_type(ParamArray::element_of(table.columns[c].type)) +
+                  "), ";
         if (!table.columns[c].key) {
             set += col + " = excluded." + col + ", ";
         }
@@ -1234,7 +1355,7 @@ PostgresDestination::merge_statements(const schema::Table& table) {
     }
     const std::string rows = "ROWS FROM (" + unnest + "pg_catalog.unnest($" +
                              std::to_string(table.columns.size() + 1) +
-                             "::pg_catalog.text[])) AS s(" + aliases + "_v)";
+                             "::pg_catalog.int8[])) AS s(" + aliases + "_v)";
     std::string upsert;
     if (merge_upserts_) {
         // MERGE finds each key once, through the join. INSERT … ON CONFLICT probes the key
@@ -1271,14 +1392,16 @@ PostgresDestination::merge_statements(const schema::Table& table) {
     for (std::size_t k = 0; k < table.key_columns.size(); ++k) {
         const std::size_t c = table.key_columns[k];
         const std::string alias = "_k" + std::to_string(k + 1);
-        key_unnest += "pg_catalog.unnest($" + std::to_string(k + 1) + "::pg_catalog.text[]), ";
+        key_unnest += "pg_catalog.unnest($" + std::to_string(k + 1) +
+                      "::" + ParamArray::sql_type(ParamArray::element_of(table.columns[c].type)) +
+                      "), ";
         key_aliases += alias + ", ";
         where += "d." + quote_identifier(table.columns[c].name) + " = s." + alias +
                  "::" + type_of(table, c) + " AND ";
     }
     std::string remove = "DELETE FROM " + target + " AS d USING ROWS FROM (" + key_unnest +
                          "pg_catalog.unnest($" + std::to_string(table.key_columns.size() + 1) +
-                         "::pg_catalog.text[])) AS s(" + key_aliases + "_v) WHERE " + where + "d." +
+                         "::pg_catalog.int8[])) AS s(" + key_aliases + "_v) WHERE " + where + "d." +
                          kLsnColumn + " <= s._v::bigint";
     if (!copying_.empty()) {
         co_await end_copy(); // rows of a table copied beside the stream
@@ -1294,7 +1417,7 @@ PostgresDestination::merge_statements(const schema::Table& table) {
     co_return merge;
 }
 
-io::Task<void> PostgresDestination::run_prepared(std::string name, std::vector<TextArray> arrays,
+io::Task<void> PostgresDestination::run_prepared(std::string name, std::vector<ParamArray> arrays,
                                                  std::string what) {
     if (!copying_.empty()) {
         co_await end_copy();

@@ -117,14 +117,26 @@ private:
         std::string upsert; ///< statement name: MERGE (INSERT … ON CONFLICT before 15)
         std::string remove; ///< statement name: versioned DELETE … USING
     };
-    /// One column's values of a batch as a binary `text[]` parameter (array_recv's input).
-    class TextArray {
+    /// One column's values of a batch as a binary array parameter (array_recv's input): of the
+    /// column's own type when it is an integer or boolean, whose binary form pgtide writes from
+    /// the source's text, so that the server reads them without parsing or casting text; else
+    /// `text[]` of the source's text, which the statement casts to the column's type.
+    class ParamArray {
     public:
-        /// Appends a value: NULL, or source text (an integer is written in decimal).
-        void add(const schema::Value& value);
+        enum class Element { Text, Int2, Int4, Int8, Bool };
+        /// The element a column of `type` travels as.
+        static Element element_of(const schema::TypeRef& type);
+        /// "pg_catalog.int8[]" and so on: the parameter's type in the statement.
+        static const char* sql_type(Element element);
+
+        explicit ParamArray(Element element = Element::Text) : element_(element) {}
+        /// Appends a value: NULL, an integer, or source text (of the element type). False when
+        /// the text is not a value of the element type (the array is then unchanged).
+        bool add(const schema::Value& value);
         std::string finish() &&;
 
     private:
+        Element element_;
         std::string elements_;
         std::uint32_t count_ = 0;
         bool has_null_ = false;
@@ -198,13 +210,13 @@ private:
                          const std::vector<const Change*>& deletes);
     /// The merge statements of `table`'s target for its current columns, prepared on first use.
     io::Task<Merge> merge_statements(const schema::Table& table);
-    /// The merge parameters of `changes`: one array per value position (the first `width`
-    /// values of each change), then one of their versions.
-    static std::vector<TextArray> arrays_of(const std::vector<const Change*>& changes,
-                                            std::size_t width);
+    /// The merge parameters of `changes`: one array per value position (the values of each
+    /// change at `columns`, the table's column indexes, in order), then one of their versions.
+    static std::vector<ParamArray> arrays_of(const std::vector<const Change*>& changes,
+                                             const std::vector<std::size_t>& columns);
     /// Sends the prepared statement `name` with `arrays`, without waiting for its answer: the
     /// server runs it while the next batch is readied (settle reads it).
-    io::Task<void> run_prepared(std::string name, std::vector<TextArray> arrays, std::string what);
+    io::Task<void> run_prepared(std::string name, std::vector<ParamArray> arrays, std::string what);
     io::Task<void> update_partial(const Change& change);
     io::Task<void> truncate(const Change& change);
     io::Task<void> move_row(const Change& change);

@@ -25,14 +25,19 @@ namespace {
 
 using testing::Rows;
 
-/// An upsert of (id, v, n) at `version`; an empty `v` is NULL.
+/// An upsert of (id, v, n, f, s) at `version`: an empty `v` is NULL, and so is `f`; `f` is
+/// whether n is even, `s` is n % 1000, or -32768 for n = 0 (text, as the source sends them).
 Change upsert(const std::shared_ptr<const schema::Table>& table, std::int64_t id, std::string v,
               std::int64_t n, std::uint64_t version) {
     Change c;
     c.table = table;
+    const bool null = v.empty();
     c.values = {schema::Value(std::to_string(id)),
-                v.empty() ? schema::Value(schema::Null{}) : schema::Value(std::move(v)),
-                schema::Value(std::to_string(n))};
+                null ? schema::Value(schema::Null{}) : schema::Value(std::move(v)),
+                schema::Value(std::to_string(n)),
+                null ? schema::Value(schema::Null{})
+                     : schema::Value(std::string(n % 2 == 0 ? "t" : "f")),
+                schema::Value(n == 0 ? std::string("-32768") : std::to_string(n % 1000))};
     c.version = schema::Lsn(version);
     return c;
 }
@@ -107,8 +112,8 @@ protected:
 
 TEST_P(PostgresMerge, KeepsTheNewestVersionOfEveryKeyThroughReplaysAndOlderChanges) {
     PGTIDE_REQUIRE_PG();
-    exec("CREATE TABLE t (id bigint PRIMARY KEY, v text, n int); CREATE PUBLICATION pub FOR "
-         "TABLE t");
+    exec("CREATE TABLE t (id bigint PRIMARY KEY, v text, n int, f boolean, s smallint); CREATE "
+         "PUBLICATION pub FOR TABLE t");
     const std::string dest_db = pg().create_database();
     const std::string url = "postgresql://postgres@/" + dest_db + "?host=" + pg().socket_dir() +
                             "&port=" + std::to_string(pg().port());
@@ -118,7 +123,9 @@ TEST_P(PostgresMerge, KeepsTheNewestVersionOfEveryKeyThroughReplaysAndOlderChang
                       {'u', 2, "a", 2, 100},
                       {'u', 3, "a", 3, 100},
                       {'u', 4, "a", 4, 100},
-                      {'u', 5, "", 5, 100}};
+                      {'u', 5, "", 5, 100},
+                      {'u', -9223372036854775807 - 1, "min", -2147483648, 100},
+                      {'u', 9223372036854775807, "max", 0, 100}};
     const Batch second{
         {'u', 1, "older", 10, 50},  // older than the row: skipped
         {'u', 2, "b", 20, 200},     // newer: replaces
@@ -133,12 +140,14 @@ TEST_P(PostgresMerge, KeepsTheNewestVersionOfEveryKeyThroughReplaysAndOlderChang
     // Applied again (as a reconnect that replays it would): nothing changes.
     const std::vector<Batch> batches{first, second, second};
     io::sync_wait(loop_, apply_batches(dsn(), url, GetParam(), batches));
-    const Rows got = pg().query(dest_db, "SELECT id, v, n, _pgtide_lsn FROM t ORDER BY id");
-    const Rows want{{"1", "a", "1", "100"},
-                    {"2", "b", "20", "200"},
-                    {"3", "a", "3", "100"},
-                    {"5", "again", "50", "100"},
-                    {"6", "new", "60", "300"}};
+    const Rows got = pg().query(dest_db, "SELECT id, v, n, f, s, _pgtide_lsn FROM t ORDER BY id");
+    const Rows want{{"-9223372036854775808", "min", "-2147483648", "t", "-648", "100"},
+                    {"1", "a", "1", "f", "1", "100"},
+                    {"2", "b", "20", "t", "20", "200"},
+                    {"3", "a", "3", "f", "3", "100"},
+                    {"5", "again", "50", "t", "50", "100"},
+                    {"6", "new", "60", "t", "60", "300"},
+                    {"9223372036854775807", "max", "0", "t", "-32768", "100"}};
     EXPECT_EQ(got, want);
 }
 
