@@ -29,12 +29,12 @@
 //    SELECT … FROM unnest(…) ON CONFLICT … DO UPDATE … WHERE _pgtide_lsn <=
 //    excluded._pgtide_lsn`) and one prepared `DELETE … USING unnest(…) WHERE _pgtide_lsn <= the
 //    change's version`, each sent without waiting for its answer (settle reads it). Each column
-//    travels as one binary text[] parameter of the source's text values, cast to the column's type
-//    in the statement. An update whose TOAST columns stay unknown becomes an UPDATE of the known
-//    columns (none when the row is absent: the rules' skip). A truncate at L deletes the rows at or
-//    below L, at its place in the batch. An update that changed the key and left TOAST columns
-//    unchanged becomes an INSERT … SELECT from the old key's row, after what came before it in the
-//    batch.
+//    travels as one binary array parameter: integers and booleans as arrays of their type, other
+//    values as text[] of the source's text, cast to the column's type in the statement. An update
+//    whose TOAST columns stay unknown becomes an UPDATE of the known columns (none when the row is
+//    absent: the rules' skip). A truncate at L deletes the rows at or below L, at its place in the
+//    batch. An update that changed the key and left TOAST columns unchanged becomes an INSERT …
+//    SELECT from the old key's row, after what came before it in the batch.
 //  * Tombstones are not recorded: stream changes never meet a copy that is still running (the
 //    applier's stream starts after the snapshot), which is the only case they exist for.
 #pragma once
