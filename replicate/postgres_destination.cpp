@@ -290,12 +290,16 @@ bool PostgresDestination::ParamArray::add(const schema::Value& value) {
         return true;
     }
     if (element_ == Element::Bool) {
-        if (text == nullptr || (*text != "t" && *text != "f")) {
+        // The source's output ('t', 'f'), or a canonical value (1, 0).
+        const auto* i = std::get_if<std::int64_t>(&value);
+        const bool yes = text != nullptr ? *text == "t" : i != nullptr && *i == 1;
+        const bool no = text != nullptr ? *text == "f" : i != nullptr && *i == 0;
+        if (!yes && !no) {
             return false;
         }
         ++count_;
         append_be32(elements_, 1);
-        elements_.push_back(*text == "t" ? 1 : 0);
+        elements_.push_back(yes ? 1 : 0);
         return true;
     }
     std::int64_t n = 0;

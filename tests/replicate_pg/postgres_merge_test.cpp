@@ -151,6 +151,57 @@ TEST_P(PostgresMerge, KeepsTheNewestVersionOfEveryKeyThroughReplaysAndOlderChang
     EXPECT_EQ(got, want);
 }
 
+/// Applies one upsert to table t whose column n (int) holds `n_text`; returns the message of
+/// the DestinationError it throws ("" when none).
+io::Task<std::string> apply_bad_integer(std::string source_dsn, std::string url,
+                                        std::string n_text) {
+    io::PgConnection source =
+        co_await io::PgConnection::connect(source_dsn, sql_connection_params("pgtide-test"));
+    SourceCatalog catalog;
+    std::vector<std::string> publications{"pub"};
+    std::vector<TableOverride> overrides;
+    std::vector<SourceTable> tables =
+        co_await catalog.published_tables(source, std::move(publications), std::move(overrides));
+    schema::Table plain = tables.at(0).table;
+    plain.source_text = true;
+    const auto table = std::make_shared<const schema::Table>(plain);
+    std::unique_ptr<PostgresDestination> dest =
+        co_await PostgresDestination::open(url, "pgtide-test", 1000);
+    std::vector<schema::Table> create{plain};
+    co_await dest->create_tables(std::move(create));
+    Change c = upsert(table, 1, "a", 1, 100);
+    c.values[2] = schema::Value(std::move(n_text));
+    std::vector<Change> changes;
+    changes.push_back(std::move(c));
+    std::string message;
+    try {
+        co_await dest->apply_changes(std::move(changes));
+    } catch (const DestinationError& e) {
+        message = e.what();
+    }
+    co_await dest->close();
+    co_return message;
+}
+
+class PostgresMergeValues : public testing::PgTest {
+protected:
+    io::EventLoop loop_;
+};
+
+TEST_F(PostgresMergeValues, AnIntegerColumnValueThatIsNoIntegerIsRefusedNamingTheColumn) {
+    PGTIDE_REQUIRE_PG();
+    exec("CREATE TABLE t (id bigint PRIMARY KEY, v text, n int, f boolean, s smallint); CREATE "
+         "PUBLICATION pub FOR TABLE t");
+    const std::string dest_db = pg().create_database();
+    const std::string url = "postgresql://postgres@/" + dest_db + "?host=" + pg().socket_dir() +
+                            "&port=" + std::to_string(pg().port());
+    for (const std::string bad : {"12x", "", "2147483648"}) {
+        const std::string message = io::sync_wait(loop_, apply_bad_integer(dsn(), url, bad));
+        EXPECT_NE(message.find("'" + bad + "' for column \"n\" of public.t"), std::string::npos)
+            << message;
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Upserts, PostgresMerge, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& param) {
                              return std::string(param.param ? "InsertOnConflict" : "Merge");
