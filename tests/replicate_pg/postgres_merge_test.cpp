@@ -52,14 +52,8 @@ Change remove(const std::shared_ptr<const schema::Table>& table, std::int64_t id
     return c;
 }
 
-/// Reads table t of publication "pub" from the source, creates it in the destination at
-/// `url`, then applies `batches` in order, each in a transaction of its own that ends with a
-/// checkpoint.
-io::Task<void> apply_batches(
-    std::string source_dsn, std::string url, bool on_conflict,
-    std::vector<
-        std::vector<std::tuple<char, std::int64_t, std::string, std::int64_t, std::uint64_t>>>
-        batches) {
+/// The one table of publication "pub" on the source, as a PostgreSQL destination takes it.
+io::Task<schema::Table> published_table(std::string source_dsn) {
     io::PgConnection source =
         co_await io::PgConnection::connect(source_dsn, sql_connection_params("pgtide-test"));
     SourceCatalog catalog;
@@ -68,8 +62,20 @@ io::Task<void> apply_batches(
     std::vector<SourceTable> tables =
         co_await catalog.published_tables(source, std::move(publications), std::move(overrides));
     EXPECT_EQ(tables.size(), 1U);
-    schema::Table plain = tables.at(0).table;
-    plain.source_text = true;
+    schema::Table table = tables.at(0).table;
+    table.source_text = true;
+    co_return table;
+}
+
+/// Reads table t of publication "pub" from the source, creates it in the destination at
+/// `url`, then applies `batches` in order, each in a transaction of its own that ends with a
+/// checkpoint.
+io::Task<void> apply_batches(
+    std::string source_dsn, std::string url, bool on_conflict,
+    std::vector<
+        std::vector<std::tuple<char, std::int64_t, std::string, std::int64_t, std::uint64_t>>>
+        batches) {
+    const schema::Table plain = co_await published_table(source_dsn);
     const auto table = std::make_shared<const schema::Table>(plain);
 
     std::unique_ptr<PostgresDestination> dest =
@@ -105,18 +111,27 @@ io::Task<void> apply_batches(
     co_await dest->close();
 }
 
-class PostgresMerge : public testing::PgTest, public ::testing::WithParamInterface<bool> {
+/// A source table t (published by "pub") and an empty destination database.
+class PostgresMergeTest : public testing::PgTest {
 protected:
+    /// Creates both; returns the destination's URL.
+    std::string source_and_destination() {
+        exec("CREATE TABLE t (id bigint PRIMARY KEY, v text, n int, f boolean, s smallint); "
+             "CREATE PUBLICATION pub FOR TABLE t");
+        dest_db_ = pg().create_database();
+        return "postgresql://postgres@/" + dest_db_ + "?host=" + pg().socket_dir() +
+               "&port=" + std::to_string(pg().port());
+    }
+
     io::EventLoop loop_;
+    std::string dest_db_;
 };
+
+class PostgresMerge : public PostgresMergeTest, public ::testing::WithParamInterface<bool> {};
 
 TEST_P(PostgresMerge, KeepsTheNewestVersionOfEveryKeyThroughReplaysAndOlderChanges) {
     PGTIDE_REQUIRE_PG();
-    exec("CREATE TABLE t (id bigint PRIMARY KEY, v text, n int, f boolean, s smallint); CREATE "
-         "PUBLICATION pub FOR TABLE t");
-    const std::string dest_db = pg().create_database();
-    const std::string url = "postgresql://postgres@/" + dest_db + "?host=" + pg().socket_dir() +
-                            "&port=" + std::to_string(pg().port());
+    const std::string url = source_and_destination();
     using Batch =
         std::vector<std::tuple<char, std::int64_t, std::string, std::int64_t, std::uint64_t>>;
     const Batch first{{'u', 1, "a", 1, 100},
@@ -140,7 +155,7 @@ TEST_P(PostgresMerge, KeepsTheNewestVersionOfEveryKeyThroughReplaysAndOlderChang
     // Applied again (as a reconnect that replays it would): nothing changes.
     const std::vector<Batch> batches{first, second, second};
     io::sync_wait(loop_, apply_batches(dsn(), url, GetParam(), batches));
-    const Rows got = pg().query(dest_db, "SELECT id, v, n, f, s, _pgtide_lsn FROM t ORDER BY id");
+    const Rows got = pg().query(dest_db_, "SELECT id, v, n, f, s, _pgtide_lsn FROM t ORDER BY id");
     const Rows want{{"-9223372036854775808", "min", "-2147483648", "t", "-648", "100"},
                     {"1", "a", "1", "f", "1", "100"},
                     {"2", "b", "20", "t", "20", "200"},
@@ -155,15 +170,7 @@ TEST_P(PostgresMerge, KeepsTheNewestVersionOfEveryKeyThroughReplaysAndOlderChang
 /// the DestinationError it throws ("" when none).
 io::Task<std::string> apply_bad_integer(std::string source_dsn, std::string url,
                                         std::string n_text) {
-    io::PgConnection source =
-        co_await io::PgConnection::connect(source_dsn, sql_connection_params("pgtide-test"));
-    SourceCatalog catalog;
-    std::vector<std::string> publications{"pub"};
-    std::vector<TableOverride> overrides;
-    std::vector<SourceTable> tables =
-        co_await catalog.published_tables(source, std::move(publications), std::move(overrides));
-    schema::Table plain = tables.at(0).table;
-    plain.source_text = true;
+    const schema::Table plain = co_await published_table(source_dsn);
     const auto table = std::make_shared<const schema::Table>(plain);
     std::unique_ptr<PostgresDestination> dest =
         co_await PostgresDestination::open(url, "pgtide-test", 1000);
@@ -183,18 +190,11 @@ io::Task<std::string> apply_bad_integer(std::string source_dsn, std::string url,
     co_return message;
 }
 
-class PostgresMergeValues : public testing::PgTest {
-protected:
-    io::EventLoop loop_;
-};
+using PostgresMergeValues = PostgresMergeTest;
 
 TEST_F(PostgresMergeValues, AnIntegerColumnValueThatIsNoIntegerIsRefusedNamingTheColumn) {
     PGTIDE_REQUIRE_PG();
-    exec("CREATE TABLE t (id bigint PRIMARY KEY, v text, n int, f boolean, s smallint); CREATE "
-         "PUBLICATION pub FOR TABLE t");
-    const std::string dest_db = pg().create_database();
-    const std::string url = "postgresql://postgres@/" + dest_db + "?host=" + pg().socket_dir() +
-                            "&port=" + std::to_string(pg().port());
+    const std::string url = source_and_destination();
     for (const std::string bad : {"12x", "", "2147483648"}) {
         const std::string message = io::sync_wait(loop_, apply_bad_integer(dsn(), url, bad));
         EXPECT_NE(message.find("'" + bad + "' for column \"n\" of public.t"), std::string::npos)
