@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "schema/codec.hpp"
 #include "schema/pg_types.hpp"
 #include "schema/table.hpp"
 
@@ -94,16 +95,11 @@ inline std::uint16_t load_u16(const std::uint8_t* p) {
 /// Hex digits (either case) to bytes; throws std::invalid_argument on anything else.
 inline std::string unhex(std::string_view hex) {
     const auto nibble = [](char c) -> int {
-        if (c >= '0' && c <= '9') {
-            return c - '0';
+        const int v = pgtide::schema::hex_value(c);
+        if (v < 0) {
+            throw std::invalid_argument("bad hex digit");
         }
-        if (c >= 'a' && c <= 'f') {
-            return c - 'a' + 10;
-        }
-        if (c >= 'A' && c <= 'F') {
-            return c - 'A' + 10;
-        }
-        throw std::invalid_argument("bad hex digit");
+        return v;
     };
     if (hex.size() % 2 != 0) {
         throw std::invalid_argument("odd number of hex digits");

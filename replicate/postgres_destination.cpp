@@ -9,6 +9,7 @@
 #include "replicate/errors.hpp"
 #include "replicate/session.hpp"
 #include "schema/binary_copy.hpp"
+#include "schema/codec.hpp"
 #include "schema/pg_types.hpp"
 #include "schema/sql_quote.hpp"
 
@@ -224,7 +225,78 @@ bool has_unchanged(const schema::Row& row) {
     return false;
 }
 
+/// `v` as `bytes` big-endian bytes (two's complement).
+void append_be(std::string& out, std::int64_t v, int bytes) {
+    for (int i = bytes - 1; i >= 0; --i) {
+        out.push_back(static_cast<char>((static_cast<std::uint64_t>(v) >> (8 * i)) & 0xff));
+    }
+}
+
+/// The whole of `text` as a number of type T (integers in decimal; floats as the source prints
+/// them, NaN and Infinity included); nullopt when it is not one.
+template <class T> std::optional<T> parse_whole(const std::string& text) {
+    T v{};
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+    if (ec != std::errc() || ptr != end) {
+        return std::nullopt;
+    }
+    return v;
+}
+
+/// A uuid as uuid_out prints it (8-4-4-4-12 hex digits) as its 16 bytes; false otherwise.
+bool append_uuid(std::string& out, const std::string& text) {
+    if (text.size() != 36) {
+        return false;
+    }
+    std::string bytes;
+    int high = -1;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (text[i] != '-') {
+                return false;
+            }
+            continue;
+        }
+        const int d = schema::hex_value(text[i]);
+        if (d < 0) {
+            return false;
+        }
+        if (high < 0) {
+            high = d;
+        } else {
+            bytes.push_back(static_cast<char>((high << 4) | d));
+            high = -1;
+        }
+    }
+    out += bytes;
+    return true;
+}
+
 } // namespace
+
+PostgresDestination::ParamArray::ElementType
+PostgresDestination::ParamArray::element_type(Element element) {
+    switch (element) {
+    case Element::Int2:
+        return {schema::oid::kInt2, "pg_catalog.int2[]"};
+    case Element::Int4:
+        return {schema::oid::kInt4, "pg_catalog.int4[]"};
+    case Element::Int8:
+        return {schema::oid::kInt8, "pg_catalog.int8[]"};
+    case Element::Float4:
+        return {schema::oid::kFloat4, "pg_catalog.float4[]"};
+    case Element::Float8:
+        return {schema::oid::kFloat8, "pg_catalog.float8[]"};
+    case Element::Bool:
+        return {schema::oid::kBool, "pg_catalog.bool[]"};
+    case Element::Uuid:
+        return {schema::oid::kUuid, "pg_catalog.uuid[]"};
+    case Element::Text:
+        break;
+    }
+    return {schema::oid::kText, "pg_catalog.text[]"};
+}
 
 PostgresDestination::ParamArray::Element
 PostgresDestination::ParamArray::element_of(const schema::TypeRef& type) {
@@ -238,39 +310,22 @@ PostgresDestination::ParamArray::element_of(const schema::TypeRef& type) {
         return Element::Int4;
     case schema::oid::kInt8:
         return Element::Int8;
+    case schema::oid::kFloat4:
+        return Element::Float4;
+    case schema::oid::kFloat8:
+        return Element::Float8;
     case schema::oid::kBool:
         return Element::Bool;
+    case schema::oid::kUuid:
+        return Element::Uuid;
     default:
         return Element::Text;
     }
 }
 
 const char* PostgresDestination::ParamArray::sql_type(Element element) {
-    switch (element) {
-    case Element::Int2:
-        return "pg_catalog.int2[]";
-    case Element::Int4:
-        return "pg_catalog.int4[]";
-    case Element::Int8:
-        return "pg_catalog.int8[]";
-    case Element::Bool:
-        return "pg_catalog.bool[]";
-    case Element::Text:
-        break;
-    }
-    return "pg_catalog.text[]";
+    return element_type(element).array_sql;
 }
-
-namespace {
-
-/// `v` as `bytes` big-endian bytes (two's complement).
-void append_be(std::string& out, std::int64_t v, int bytes) {
-    for (int i = bytes - 1; i >= 0; --i) {
-        out.push_back(static_cast<char>((static_cast<std::uint64_t>(v) >> (8 * i)) & 0xff));
-    }
-}
-
-} // namespace
 
 bool PostgresDestination::ParamArray::add(const schema::Value& value) {
     if (std::holds_alternative<schema::Null>(value)) {
@@ -280,69 +335,86 @@ bool PostgresDestination::ParamArray::add(const schema::Value& value) {
         return true;
     }
     const auto* text = std::get_if<std::string>(&value);
-    if (element_ == Element::Text) {
-        const std::optional<std::string> integer =
+    const auto* integer = std::get_if<std::int64_t>(&value);
+    const auto* real = std::get_if<double>(&value);
+    switch (element_) {
+    case Element::Text: {
+        const std::optional<std::string> other =
             text == nullptr ? param_of(value) : std::nullopt; // an integer, or throws
-        const std::string& t = text != nullptr ? *text : *integer;
-        ++count_;
+        const std::string& t = text != nullptr ? *text : *other;
         append_be32(elements_, std::uint32_t(t.size()));
         elements_ += t;
-        return true;
+        break;
     }
-    if (element_ == Element::Bool) {
+    case Element::Bool: {
         // The source's output ('t', 'f'), or a canonical value (1, 0).
-        const auto* i = std::get_if<std::int64_t>(&value);
-        const bool yes = text != nullptr ? *text == "t" : i != nullptr && *i == 1;
-        const bool no = text != nullptr ? *text == "f" : i != nullptr && *i == 0;
+        const bool yes = text != nullptr ? *text == "t" : integer != nullptr && *integer == 1;
+        const bool no = text != nullptr ? *text == "f" : integer != nullptr && *integer == 0;
         if (!yes && !no) {
             return false;
         }
-        ++count_;
         append_be32(elements_, 1);
         elements_.push_back(yes ? 1 : 0);
-        return true;
+        break;
     }
-    std::int64_t n = 0;
-    if (const auto* i = std::get_if<std::int64_t>(&value)) {
-        n = *i;
-    } else if (text == nullptr) {
-        return false;
-    } else {
-        const char* end = text->data() + text->size();
-        const auto [ptr, ec] = std::from_chars(text->data(), end, n);
-        if (ec != std::errc() || ptr != end) {
+    case Element::Int2:
+    case Element::Int4:
+    case Element::Int8: {
+        const std::optional<std::int64_t> n = integer != nullptr
+                                                  ? std::optional<std::int64_t>(*integer)
+                                              : text != nullptr ? parse_whole<std::int64_t>(*text)
+                                                                : std::nullopt;
+        const int bytes = element_ == Element::Int2 ? 2 : element_ == Element::Int4 ? 4 : 8;
+        if (!n || (bytes < 8 && (*n < -(std::int64_t(1) << (8 * bytes - 1)) ||
+                                 *n >= (std::int64_t(1) << (8 * bytes - 1))))) {
             return false;
         }
+        append_be32(elements_, std::uint32_t(bytes));
+        append_be(elements_, *n, bytes);
+        break;
     }
-    const int bytes = element_ == Element::Int2 ? 2 : element_ == Element::Int4 ? 4 : 8;
-    if (bytes < 8 &&
-        (n < -(std::int64_t(1) << (8 * bytes - 1)) || n >= (std::int64_t(1) << (8 * bytes - 1)))) {
-        return false;
+    case Element::Float4: {
+        const std::optional<float> f = real != nullptr   ? std::optional<float>(float(*real))
+                                       : text != nullptr ? parse_whole<float>(*text)
+                                                         : std::nullopt;
+        if (!f) {
+            return false;
+        }
+        std::uint32_t bits = 0;
+        std::memcpy(&bits, &*f, sizeof bits);
+        append_be32(elements_, 4);
+        append_be32(elements_, bits);
+        break;
+    }
+    case Element::Float8: {
+        const std::optional<double> d = real != nullptr   ? std::optional<double>(*real)
+                                        : text != nullptr ? parse_whole<double>(*text)
+                                                          : std::nullopt;
+        if (!d) {
+            return false;
+        }
+        std::uint64_t bits = 0;
+        std::memcpy(&bits, &*d, sizeof bits);
+        append_be32(elements_, 8);
+        append_be(elements_, std::int64_t(bits), 8);
+        break;
+    }
+    case Element::Uuid: {
+        std::string bytes;
+        if (text == nullptr || !append_uuid(bytes, *text)) {
+            return false;
+        }
+        append_be32(elements_, 16);
+        elements_ += bytes;
+        break;
+    }
     }
     ++count_;
-    append_be32(elements_, std::uint32_t(bytes));
-    append_be(elements_, n, bytes);
     return true;
 }
 
 std::string PostgresDestination::ParamArray::finish() && {
-    std::uint32_t oid = schema::oid::kText;
-    switch (element_) {
-    case Element::Int2:
-        oid = schema::oid::kInt2;
-        break;
-    case Element::Int4:
-        oid = schema::oid::kInt4;
-        break;
-    case Element::Int8:
-        oid = schema::oid::kInt8;
-        break;
-    case Element::Bool:
-        oid = schema::oid::kBool;
-        break;
-    case Element::Text:
-        break;
-    }
+    const std::uint32_t oid = element_type(element_).oid;
     std::string out;
     out.reserve(20 + elements_.size());
     append_be32(out, 1); // dimensions

@@ -29,12 +29,12 @@
 //    SELECT … FROM unnest(…) ON CONFLICT … DO UPDATE … WHERE _pgtide_lsn <=
 //    excluded._pgtide_lsn`) and one prepared `DELETE … USING unnest(…) WHERE _pgtide_lsn <= the
 //    change's version`, each sent without waiting for its answer (settle reads it). Each column
-//    travels as one binary array parameter: integers and booleans as arrays of their type, other
-//    values as text[] of the source's text, cast to the column's type in the statement. An update
-//    whose TOAST columns stay unknown becomes an UPDATE of the known columns (none when the row is
-//    absent: the rules' skip). A truncate at L deletes the rows at or below L, at its place in the
-//    batch. An update that changed the key and left TOAST columns unchanged becomes an INSERT …
-//    SELECT from the old key's row, after what came before it in the batch.
+//    travels as one binary array parameter: integers, floats, booleans and uuids as arrays of
+//    their type, other values as text[] of the source's text, cast to the column's type in the
+//    statement. An update whose TOAST columns stay unknown becomes an UPDATE of the known columns
+//    (none when the row is absent: the rules' skip). A truncate at L deletes the rows at or below
+//    L, at its place in the batch. An update that changed the key and left TOAST columns unchanged
+//    becomes an INSERT … SELECT from the old key's row, after what came before it in the batch.
 //  * Tombstones are not recorded: stream changes never meet a copy that is still running (the
 //    applier's stream starts after the snapshot), which is the only case they exist for.
 #pragma once
@@ -118,12 +118,12 @@ private:
         std::string remove; ///< statement name: versioned DELETE … USING
     };
     /// One column's values of a batch as a binary array parameter (array_recv's input): of the
-    /// column's own type when it is an integer or boolean, whose binary form pgtide writes from
-    /// the source's text, so that the server reads them without parsing or casting text; else
-    /// `text[]` of the source's text, which the statement casts to the column's type.
+    /// column's own type when it is an integer, float, boolean or uuid, whose binary form pgtide
+    /// writes from the source's text, so that the server reads them without parsing or casting
+    /// text; else `text[]` of the source's text, which the statement casts to the column's type.
     class ParamArray {
     public:
-        enum class Element { Text, Int2, Int4, Int8, Bool };
+        enum class Element { Text, Int2, Int4, Int8, Float4, Float8, Bool, Uuid };
         /// The element a column of `type` travels as.
         static Element element_of(const schema::TypeRef& type);
         /// "pg_catalog.int8[]" and so on: the parameter's type in the statement.
@@ -136,6 +136,13 @@ private:
         std::string finish() &&;
 
     private:
+        /// The PostgreSQL type of an element, and the array's name in a statement.
+        struct ElementType {
+            std::uint32_t oid;
+            const char* array_sql;
+        };
+        static ElementType element_type(Element element);
+
         Element element_;
         std::string elements_;
         std::uint32_t count_ = 0;

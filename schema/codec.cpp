@@ -233,19 +233,6 @@ private:
 
 constexpr char kHex[] = "0123456789abcdef";
 
-int hex_value(char c) {
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
-}
-
 // ---- floats ------------------------------------------------------------------------------
 
 /// Parses a finite decimal float (or the words) exactly as strtod/strtof would, locale-free.
@@ -1013,6 +1000,19 @@ private:
 };
 
 } // namespace
+
+int hex_value(char c) {
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+    if (c >= 'A' && c <= 'F') {
+        return c - 'A' + 10;
+    }
+    return -1;
+}
 
 StorageClass storage_class(const TypeRef& t) {
     if (array_element(t) != 0) {

@@ -30,4 +30,7 @@ Value decode_binary(const TypeRef& t, std::string_view bytes);
 /// DecodeError naming the type and offset when a mapped type's text is malformed.
 Value decode_text(const TypeRef& t, std::string_view text);
 
+/// The value of the hex digit `c` (either case); -1 when `c` is not one.
+int hex_value(char c);
+
 } // namespace pgtide::schema

@@ -4,7 +4,9 @@
 // CONFLICT (what an older server gets, forced here). The destination holds exactly the rows
 // and versions the rules of DESIGN §5 give.
 #include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -25,19 +27,37 @@ namespace {
 
 using testing::Rows;
 
-/// An upsert of (id, v, n, f, s) at `version`: an empty `v` is NULL, and so is `f`; `f` is
-/// whether n is even, `s` is n % 1000, or -32768 for n = 0 (text, as the source sends them).
+/// Four hex digits of `n`, in `digits` ("0123456789abcdef" or its upper case).
+std::string hex4(std::int64_t n, const char* digits) {
+    std::string out;
+    for (int shift = 12; shift >= 0; shift -= 4) {
+        out.push_back(digits[(n >> shift) & 0xf]);
+    }
+    return out;
+}
+
+/// An upsert of t's columns at `version`, as text as the source sends it, from (id, v, n): an
+/// empty `v` is NULL, and so is `f`; `f` is whether n is even; `s` is n % 1000, or -32768 for
+/// n = 0; `r` is n + 0.25, NaN for n = 0, -Infinity below -1000; `q` is n % 1000 + 0.5, or
+/// Infinity for n = 0; `u` is a uuid ending in n's last four hex digits (in upper case, which
+/// the destination reads as well), NULL for n = 0.
 Change upsert(const std::shared_ptr<const schema::Table>& table, std::int64_t id, std::string v,
               std::int64_t n, std::uint64_t version) {
     Change c;
     c.table = table;
     const bool null = v.empty();
-    c.values = {schema::Value(std::to_string(id)),
-                null ? schema::Value(schema::Null{}) : schema::Value(std::move(v)),
-                schema::Value(std::to_string(n)),
-                null ? schema::Value(schema::Null{})
-                     : schema::Value(std::string(n % 2 == 0 ? "t" : "f")),
-                schema::Value(n == 0 ? std::string("-32768") : std::to_string(n % 1000))};
+    const std::string r = n == 0 ? "NaN" : n < -1000 ? "-Infinity" : std::to_string(n) + ".25";
+    const std::string q = n == 0 ? "Infinity" : std::to_string(n % 1000) + ".5";
+    c.values = {
+        schema::Value(std::to_string(id)),
+        null ? schema::Value(schema::Null{}) : schema::Value(std::move(v)),
+        schema::Value(std::to_string(n)),
+        null ? schema::Value(schema::Null{}) : schema::Value(std::string(n % 2 == 0 ? "t" : "f")),
+        schema::Value(n == 0 ? std::string("-32768") : std::to_string(n % 1000)),
+        schema::Value(r),
+        schema::Value(q),
+        n == 0 ? schema::Value(schema::Null{})
+               : schema::Value("A0EEBC99-9C0B-4EF8-BB6D-6BB9BD38" + hex4(n, "0123456789ABCDEF"))};
     c.version = schema::Lsn(version);
     return c;
 }
@@ -116,8 +136,8 @@ class PostgresMergeTest : public testing::PgTest {
 protected:
     /// Creates both; returns the destination's URL.
     std::string source_and_destination() {
-        exec("CREATE TABLE t (id bigint PRIMARY KEY, v text, n int, f boolean, s smallint); "
-             "CREATE PUBLICATION pub FOR TABLE t");
+        exec("CREATE TABLE t (id bigint PRIMARY KEY, v text, n int, f boolean, s smallint, r "
+             "float8, q real, u uuid); CREATE PUBLICATION pub FOR TABLE t");
         dest_db_ = pg().create_database();
         return "postgresql://postgres@/" + dest_db_ + "?host=" + pg().socket_dir() +
                "&port=" + std::to_string(pg().port());
@@ -155,21 +175,25 @@ TEST_P(PostgresMerge, KeepsTheNewestVersionOfEveryKeyThroughReplaysAndOlderChang
     // Applied again (as a reconnect that replays it would): nothing changes.
     const std::vector<Batch> batches{first, second, second};
     io::sync_wait(loop_, apply_batches(dsn(), url, GetParam(), batches));
-    const Rows got = pg().query(dest_db_, "SELECT id, v, n, f, s, _pgtide_lsn FROM t ORDER BY id");
-    const Rows want{{"-9223372036854775808", "min", "-2147483648", "t", "-648", "100"},
-                    {"1", "a", "1", "f", "1", "100"},
-                    {"2", "b", "20", "t", "20", "200"},
-                    {"3", "a", "3", "f", "3", "100"},
-                    {"5", "again", "50", "t", "50", "100"},
-                    {"6", "new", "60", "t", "60", "300"},
-                    {"9223372036854775807", "max", "0", "t", "-32768", "100"}};
+    const Rows got =
+        pg().query(dest_db_, "SELECT id, v, n, f, s, r, q, u, _pgtide_lsn FROM t ORDER BY id");
+    const std::string u = "a0eebc99-9c0b-4ef8-bb6d-6bb9bd38";
+    const Rows want{
+        {"-9223372036854775808", "min", "-2147483648", "t", "-648", "-Infinity", "-648.5",
+         u + "0000", "100"},
+        {"1", "a", "1", "f", "1", "1.25", "1.5", u + "0001", "100"},
+        {"2", "b", "20", "t", "20", "20.25", "20.5", u + "0014", "200"},
+        {"3", "a", "3", "f", "3", "3.25", "3.5", u + "0003", "100"},
+        {"5", "again", "50", "t", "50", "50.25", "50.5", u + "0032", "100"},
+        {"6", "new", "60", "t", "60", "60.25", "60.5", u + "003c", "300"},
+        {"9223372036854775807", "max", "0", "t", "-32768", "NaN", "Infinity", std::nullopt, "100"}};
     EXPECT_EQ(got, want);
 }
 
-/// Applies one upsert to table t whose column n (int) holds `n_text`; returns the message of
+/// Applies one upsert to table t whose column at `column` holds `text`; returns the message of
 /// the DestinationError it throws ("" when none).
-io::Task<std::string> apply_bad_integer(std::string source_dsn, std::string url,
-                                        std::string n_text) {
+io::Task<std::string> apply_bad_value(std::string source_dsn, std::string url, std::size_t column,
+                                      std::string text) {
     const schema::Table plain = co_await published_table(source_dsn);
     const auto table = std::make_shared<const schema::Table>(plain);
     std::unique_ptr<PostgresDestination> dest =
@@ -177,7 +201,7 @@ io::Task<std::string> apply_bad_integer(std::string source_dsn, std::string url,
     std::vector<schema::Table> create{plain};
     co_await dest->create_tables(std::move(create));
     Change c = upsert(table, 1, "a", 1, 100);
-    c.values[2] = schema::Value(std::move(n_text));
+    c.values.at(column) = schema::Value(std::move(text));
     std::vector<Change> changes;
     changes.push_back(std::move(c));
     std::string message;
@@ -192,12 +216,23 @@ io::Task<std::string> apply_bad_integer(std::string source_dsn, std::string url,
 
 using PostgresMergeValues = PostgresMergeTest;
 
-TEST_F(PostgresMergeValues, AnIntegerColumnValueThatIsNoIntegerIsRefusedNamingTheColumn) {
+TEST_F(PostgresMergeValues, AValueThatIsNotOfItsColumnsTypeIsRefusedNamingTheColumn) {
     PGTIDE_REQUIRE_PG();
     const std::string url = source_and_destination();
-    for (const std::string bad : {"12x", "", "2147483648"}) {
-        const std::string message = io::sync_wait(loop_, apply_bad_integer(dsn(), url, bad));
-        EXPECT_NE(message.find("'" + bad + "' for column \"n\" of public.t"), std::string::npos)
+    const std::vector<std::tuple<std::size_t, std::string, std::string>> bad{
+        {2, "n", "12x"},
+        {2, "n", ""},
+        {2, "n", "2147483648"},
+        {4, "s", "32768"},
+        {3, "f", "true"},
+        {5, "r", "1.5x"},
+        {6, "q", "0x1p3"},
+        {7, "u", "not-a-uuid"},
+        {7, "u", "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380g00"}};
+    for (const auto& [column, name, text] : bad) {
+        const std::string message = io::sync_wait(loop_, apply_bad_value(dsn(), url, column, text));
+        EXPECT_NE(message.find("'" + text + "' for column \"" + name + "\" of public.t"),
+                  std::string::npos)
             << message;
     }
 }

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <variant>
 
+#include "schema/codec.hpp"
 #include "schema/value.hpp"
 
 namespace pgtide::schema::test {
@@ -27,17 +28,12 @@ inline std::string read_fixture(std::string_view name) {
 }
 
 inline std::string unhex(std::string_view hex) {
-    auto nibble = [](char c) -> int {
-        if (c >= '0' && c <= '9') {
-            return c - '0';
+    const auto nibble = [](char c) -> int {
+        const int v = pgtide::schema::hex_value(c);
+        if (v < 0) {
+            throw std::invalid_argument("bad hex");
         }
-        if (c >= 'a' && c <= 'f') {
-            return c - 'a' + 10;
-        }
-        if (c >= 'A' && c <= 'F') {
-            return c - 'A' + 10;
-        }
-        throw std::invalid_argument("bad hex");
+        return v;
     };
     std::string out;
     for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
