@@ -244,7 +244,8 @@ template <class T> std::optional<T> parse_whole(const std::string& text) {
     return v;
 }
 
-/// A uuid as uuid_out prints it (8-4-4-4-12 hex digits) as its 16 bytes; false otherwise.
+/// A uuid as uuid_out prints it (8-4-4-4-12 hex digits) as an array field (its length, then
+/// its 16 bytes); false, with nothing appended, when it is not one.
 bool append_uuid(std::string& out, const std::string& text) {
     if (text.size() != 36) {
         return false;
@@ -269,7 +270,26 @@ bool append_uuid(std::string& out, const std::string& text) {
             high = -1;
         }
     }
+    append_be32(out, 16);
     out += bytes;
+    return true;
+}
+
+/// A float of type F as an array field (its length, then its IEEE bits, of the unsigned type
+/// Bits, big-endian): from a canonical double, or from the source's text (NaN and Infinity
+/// included); false, with nothing appended, when the text is not one.
+template <class F, class Bits>
+bool append_float(std::string& out, const double* real, const std::string* text) {
+    const std::optional<F> f = real != nullptr   ? std::optional<F>(static_cast<F>(*real))
+                               : text != nullptr ? parse_whole<F>(*text)
+                                                 : std::nullopt;
+    if (!f) {
+        return false;
+    }
+    Bits bits = 0;
+    std::memcpy(&bits, &*f, sizeof bits);
+    append_be32(out, sizeof bits);
+    append_be(out, static_cast<std::int64_t>(bits), sizeof bits);
     return true;
 }
 
@@ -303,24 +323,13 @@ PostgresDestination::ParamArray::element_of(const schema::TypeRef& type) {
     if (type.element_oid != 0) {
         return Element::Text;
     }
-    switch (type.oid) {
-    case schema::oid::kInt2:
-        return Element::Int2;
-    case schema::oid::kInt4:
-        return Element::Int4;
-    case schema::oid::kInt8:
-        return Element::Int8;
-    case schema::oid::kFloat4:
-        return Element::Float4;
-    case schema::oid::kFloat8:
-        return Element::Float8;
-    case schema::oid::kBool:
-        return Element::Bool;
-    case schema::oid::kUuid:
-        return Element::Uuid;
-    default:
-        return Element::Text;
+    for (Element e : {Element::Int2, Element::Int4, Element::Int8, Element::Float4, Element::Float8,
+                      Element::Bool, Element::Uuid}) {
+        if (element_type(e).oid == type.oid) {
+            return e;
+        }
     }
+    return Element::Text;
 }
 
 const char* PostgresDestination::ParamArray::sql_type(Element element) {
@@ -373,41 +382,21 @@ bool PostgresDestination::ParamArray::add(const schema::Value& value) {
         append_be(elements_, *n, bytes);
         break;
     }
-    case Element::Float4: {
-        const std::optional<float> f = real != nullptr   ? std::optional<float>(float(*real))
-                                       : text != nullptr ? parse_whole<float>(*text)
-                                                         : std::nullopt;
-        if (!f) {
+    case Element::Float4:
+        if (!append_float<float, std::uint32_t>(elements_, real, text)) {
             return false;
         }
-        std::uint32_t bits = 0;
-        std::memcpy(&bits, &*f, sizeof bits);
-        append_be32(elements_, 4);
-        append_be32(elements_, bits);
         break;
-    }
-    case Element::Float8: {
-        const std::optional<double> d = real != nullptr   ? std::optional<double>(*real)
-                                        : text != nullptr ? parse_whole<double>(*text)
-                                                          : std::nullopt;
-        if (!d) {
+    case Element::Float8:
+        if (!append_float<double, std::uint64_t>(elements_, real, text)) {
             return false;
         }
-        std::uint64_t bits = 0;
-        std::memcpy(&bits, &*d, sizeof bits);
-        append_be32(elements_, 8);
-        append_be(elements_, std::int64_t(bits), 8);
         break;
-    }
-    case Element::Uuid: {
-        std::string bytes;
-        if (text == nullptr || !append_uuid(bytes, *text)) {
+    case Element::Uuid:
+        if (text == nullptr || !append_uuid(elements_, *text)) {
             return false;
         }
-        append_be32(elements_, 16);
-        elements_ += bytes;
         break;
-    }
     }
     ++count_;
     return true;
