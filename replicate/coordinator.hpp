@@ -72,6 +72,7 @@ struct RunSummary {
     std::int64_t rows_copied = 0;
     std::int64_t transactions = 0;
     std::int64_t changes = 0;
+    std::int64_t commits = 0; ///< destination transactions committed by the applier
     schema::Lsn lsn;
     std::int64_t epoch = 0;
 };

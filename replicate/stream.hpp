@@ -176,6 +176,9 @@ private:
     schema::Lsn version_;
     std::vector<Change> batch_;
     std::optional<SourceCommit> batch_commit_; ///< set while the batch ends at a commit
+    /// The last batch handed over ended inside a source transaction: the applier cannot commit
+    /// until a batch ends at a commit, so the next commit hands the batch over at once.
+    bool handed_inside_transaction_ = false;
     std::int64_t batch_transactions_ = 0;
     schema::Lsn received_;
     schema::Lsn last_idle_;

@@ -132,10 +132,11 @@ int run(const pgtide::app::CommandLine& cl, const pgtide::app::Config& config) {
         pgtide::io::sync_wait(loop, run_command(run_options(config, cl), progress));
     if (cl.json) {
         std::printf("{\"tables_copied\":%lld,\"rows_copied\":%lld,\"transactions\":%lld,"
-                    "\"changes\":%lld,\"lsn\":\"%s\",\"epoch\":%lld}\n",
+                    "\"changes\":%lld,\"commits\":%lld,\"lsn\":\"%s\",\"epoch\":%lld}\n",
                     (long long)summary.tables_copied, (long long)summary.rows_copied,
                     (long long)summary.transactions, (long long)summary.changes,
-                    summary.lsn.str().c_str(), (long long)summary.epoch);
+                    (long long)summary.commits, summary.lsn.str().c_str(),
+                    (long long)summary.epoch);
     } else {
         std::printf("pgtide: copied %lld tables (%lld rows), applied %lld transactions (%lld "
                     "changes), reached LSN %s in epoch %lld\n",

@@ -303,6 +303,37 @@ TEST_F(StreamScenarios, ReconnectsAfterTheWalsenderIsTerminated) {
                  "SELECT id, v FROM t ORDER BY id");
 }
 
+// Small source transactions written while pgtide was stopped arrive without a pause, in stream
+// batches that fill inside a transaction. The destination transactions still end every
+// apply.batch_rows rows, at the next source commit: before, the whole catch-up was one
+// destination transaction and its checkpoint did not move until the end.
+TEST_F(StreamScenarios, CatchUpCommitsEveryBatchRowsWithoutAPause) {
+    exec("CREATE TABLE t (id int PRIMARY KEY, v int)");
+    exec("CREATE PUBLICATION pub FOR TABLE t");
+    const std::string config = (dir_ / "pgtide.toml").string();
+    std::ofstream(config) << "[apply]\nbatch_rows = 1000\nflush_interval = \"1h\"\n";
+    std::vector<std::string> a = args(true);
+    a.insert(a.end(), {"-c", config});
+    std::string out;
+    std::string err;
+    ASSERT_EQ(PgtideProcess::run(a, &out, &err), 0) << err;
+    exec("CREATE PROCEDURE ten_row_transactions(n int) LANGUAGE plpgsql AS $$ BEGIN "
+         "FOR i IN 0 .. n - 1 LOOP INSERT INTO t SELECT i * 10 + g, g FROM "
+         "generate_series(1, 10) g; COMMIT; END LOOP; END $$");
+    exec("CALL ten_row_transactions(4000)");
+    ASSERT_EQ(PgtideProcess::run(a, &out, &err), 0) << err;
+    ASSERT_NE(out.find("\"changes\":40000,"), std::string::npos) << out;
+    const auto at = out.find("\"commits\":");
+    ASSERT_NE(at, std::string::npos) << out;
+    const long long commits = std::stoll(out.substr(at + 10));
+    // 40 batches of 1,000 rows, each ended at the source commit after its last row; a few more
+    // when the source paused. A commit per source transaction would be 4,000.
+    EXPECT_GE(commits, 40) << out;
+    EXPECT_LE(commits, 100) << out;
+    expect_equal("SELECT id::text, v::text FROM t ORDER BY t.id",
+                 "SELECT id, v FROM t ORDER BY id");
+}
+
 TEST_F(StreamScenarios, MissingPublicationAndKeylessTableAreRefused) {
     exec("CREATE TABLE nokey (v int)");
     exec("CREATE PUBLICATION pub FOR TABLE nokey WITH (publish = 'insert')");
