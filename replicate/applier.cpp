@@ -107,7 +107,6 @@ io::Task<void> Applier::commit(schema::Lsn lsn) {
     last_commit_ = std::chrono::steady_clock::now();
     stats_.transactions += pending_transactions_;
     stats_.changes += pending_changes_;
-    stats_.commits += 1;
     if (Metrics* m = options_.metrics) {
         m->destination_commits += 1;
         m->commit_seconds.observe(commit_seconds);

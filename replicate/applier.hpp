@@ -53,7 +53,6 @@ struct ApplyStats {
     std::int64_t tables_copied = 0;
     std::int64_t transactions = 0;
     std::int64_t changes = 0;
-    std::int64_t commits = 0; ///< destination transactions committed with a checkpoint
 };
 
 /// How the stream's batches waited behind a copy beside the stream: the copy's batches (and

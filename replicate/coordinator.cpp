@@ -1322,7 +1322,7 @@ io::Task<RunSummary> Coordinator::run_phases() {
     summary.rows_copied = applier.stats().rows_copied;
     summary.transactions = applier.stats().transactions;
     summary.changes = applier.stats().changes;
-    summary.commits = applier.stats().commits;
+    summary.commits = metrics_.destination_commits; // the applier's, one per run
     summary.lsn = applier.checkpoint().lsn;
     summary.epoch = applier.checkpoint().epoch;
     co_await dest->close();
