@@ -800,6 +800,21 @@ io::Task<void> PostgresDestination::ensure_table(const schema::Table& table, Ret
                      "creating table " + target +
                          " (a type the source's columns use may be missing in the destination: "
                          "create it there first)");
+        // The source's STORAGE where it is not the type's default (PostgreSQL 15 has no
+        // STORAGE in a column definition): how values are kept (compressed or not, in line or
+        // not) is part of the table's definition, and a replica keeps what the source chose.
+        std::string storage;
+        for (const auto& c : table.columns) {
+            if (!c.pg_storage.empty()) {
+                storage += std::string(storage.empty() ? "" : ", ") + "ALTER COLUMN " +
+                           quote_identifier(c.name) + " SET STORAGE " + c.pg_storage;
+            }
+        }
+        if (!storage.empty()) {
+            std::string sql = "ALTER TABLE " + target + " " + storage;
+            std::string doing = "setting the storage of the columns of " + target;
+            co_await run(std::move(sql), std::move(doing));
+        }
         co_return;
     }
     std::unordered_map<std::string, std::string> types;
@@ -825,8 +840,12 @@ io::Task<void> PostgresDestination::ensure_table(const schema::Table& table, Ret
                 c.missing_text
                     ? " DEFAULT " + conn_.escape_literal(*c.missing_text) + "::" + type_of(table, i)
                     : std::string();
+            const std::string storage =
+                c.pg_storage.empty() ? std::string()
+                                     : ", ALTER COLUMN " + quote_identifier(c.name) +
+                                           " SET STORAGE " + c.pg_storage;
             co_await run("ALTER TABLE " + target + " ADD COLUMN " + quote_identifier(c.name) + " " +
-                             type_of(table, i) + fill,
+                             type_of(table, i) + fill + storage,
                          "adding column \"" + c.name + "\" to " + target);
         } else if (it->second != type_of(table, i) && retype != Retype::Refuse) {
             // Named first: GCC 12 mishandles temporaries built inside a co_await expression.

@@ -12,8 +12,9 @@
 //
 // Tables keep the source's schema and name (a `[[tables]] target` may name another, as
 // "schema.name" or "name"), its column types as format_type prints them, NOT NULL on the key
-// columns, the key as PRIMARY KEY, plus `_pgtide_lsn bigint NOT NULL`. The metadata tables live
-// in the schema `public`.
+// columns, the key as PRIMARY KEY, plus `_pgtide_lsn bigint NOT NULL`; a column whose STORAGE
+// the source set (TableColumn::pg_storage) gets it when the table or the column is created. The
+// metadata tables live in the schema `public`.
 //
 // Versions (DESIGN §5), set-based:
 //  * Snapshot rows are COPYed straight into the target table, without its primary key (added

@@ -219,9 +219,14 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
         }
         const std::map<std::string, std::string> missing =
             co_await missing_values(conn, std::uint32_t(std::stoul(relid)));
+        const std::map<std::string, std::string> storage =
+            co_await column_storage(conn, std::uint32_t(std::stoul(relid)));
         for (schema::TableColumn& tc : st.table.columns) {
             if (const auto it = missing.find(tc.name); it != missing.end()) {
                 tc.missing_text = it->second;
+            }
+            if (const auto it = storage.find(tc.name); it != storage.end()) {
+                tc.pg_storage = it->second;
             }
         }
 
@@ -499,6 +504,22 @@ io::Task<std::map<std::string, std::string>> SourceCatalog::missing_values(io::P
         }
     }
     co_return values;
+}
+
+io::Task<std::map<std::string, std::string>> SourceCatalog::column_storage(io::PgConnection& conn,
+                                                                           std::uint32_t relid) {
+    io::PgResult r = co_await conn.exec_params(
+        "SELECT a.attname, CASE a.attstorage WHEN 'p' THEN 'PLAIN' WHEN 'm' THEN 'MAIN' "
+        "WHEN 'e' THEN 'EXTERNAL' ELSE 'EXTENDED' END "
+        "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+        "WHERE a.attrelid = $1::oid AND a.attnum > 0 AND NOT a.attisdropped "
+        "AND a.attstorage <> t.typstorage",
+        params(std::to_string(relid)));
+    std::map<std::string, std::string> storage;
+    for (int i = 0; i < r.rows(); ++i) {
+        storage.emplace(std::string(r.get(i, 0)), std::string(r.get(i, 1)));
+    }
+    co_return storage;
 }
 
 } // namespace pgtide::replicate

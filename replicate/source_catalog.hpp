@@ -86,6 +86,11 @@ public:
     io::Task<std::map<std::string, std::string>> missing_values(io::PgConnection& conn,
                                                                 std::uint32_t relid);
 
+    /// The STORAGE of the columns of relation `relid` whose storage is not their type's
+    /// default (`ALTER COLUMN ... SET STORAGE`), as the SQL word, by column name. Suspends.
+    io::Task<std::map<std::string, std::string>> column_storage(io::PgConnection& conn,
+                                                                std::uint32_t relid);
+
 private:
     struct TypeRow {
         char typtype = 'b';

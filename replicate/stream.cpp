@@ -229,16 +229,19 @@ io::Task<void> Stream::on_relation(pgoutput::Relation rel) {
     // What rows older than a column hold (ADD COLUMN ... DEFAULT), read now: PostgreSQL keeps
     // a column's missing value until the table is rewritten.
     std::map<std::string, std::string> missing;
+    std::map<std::string, std::string> storage; // for a PostgreSQL destination's new columns
     if (known != by_name_.end()) {
         missing = co_await catalog_.missing_values(catalog_conn_, rel.oid);
+        storage = co_await catalog_.column_storage(catalog_conn_, rel.oid);
     }
-    install_relation(rel, types, type_sql, missing);
+    install_relation(rel, types, type_sql, missing, storage);
 }
 
 void Stream::install_relation(const pgoutput::Relation& rel,
                               const std::vector<schema::TypeRef>& types,
                               const std::vector<std::string>& type_sql,
-                              const std::map<std::string, std::string>& missing) {
+                              const std::map<std::string, std::string>& missing,
+                              const std::map<std::string, std::string>& storage) {
     const std::string name = source_name(rel.schema, rel.name);
     if (const auto before = by_oid_.find(rel.oid);
         before != by_oid_.end() && before->second->qualified() != name) {
@@ -296,6 +299,9 @@ void Stream::install_relation(const pgoutput::Relation& rel,
         col.key = prev != nullptr && prev->key;
         if (const auto m = missing.find(rc.name); m != missing.end()) {
             col.missing_text = m->second;
+        }
+        if (const auto st = storage.find(rc.name); st != storage.end()) {
+            col.pg_storage = st->second;
         }
         const bool retyped =
             prev != nullptr && (!(prev->type == col.type) || prev->typmod != col.typmod);

@@ -131,7 +131,8 @@ private:
     io::Task<void> on_stream_commit(pgoutput::StreamCommit commit, io::Channel<ApplyWork>& out);
     void install_relation(const pgoutput::Relation& rel, const std::vector<schema::TypeRef>& types,
                           const std::vector<std::string>& type_sql,
-                          const std::map<std::string, std::string>& missing);
+                          const std::map<std::string, std::string>& missing,
+                          const std::map<std::string, std::string>& storage);
     /// Appends the changes of an Insert/Update/Delete/Truncate to the batch; false for any
     /// other message.
     bool collect_change(const PgOutputMessage& msg);

@@ -31,6 +31,10 @@ struct TableColumn {
     /// A destination that adds the column gives it this default, so that those rows (and any
     /// the stream inserts from before the ALTER, which do not name the column) hold it too.
     std::optional<std::string> missing_text;
+    /// The source column's STORAGE (PLAIN, MAIN, EXTERNAL or EXTENDED) when it is not its
+    /// type's default, else empty: a PostgreSQL destination gives it to the columns it creates.
+    /// Read from the catalog (pgoutput does not send it); not part of what makes a schema change.
+    std::string pg_storage;
     friend bool operator==(const TableColumn&, const TableColumn&) = default;
 };
 

@@ -756,6 +756,50 @@ TEST_F(PostgresDestination, CreatesTheUserTypesTheColumnsUse) {
               "d");
 }
 
+TEST_F(PostgresDestination, TablesKeepTheSourcesColumnStorage) {
+    PGTIDE_REQUIRE_PG();
+    // 8 kB that pglz shrinks to little: too large to stay in line uncompressed.
+    const std::string big = "repeat(md5(g::text), 256)";
+    exec("CREATE TABLE stored (id int PRIMARY KEY, ext text, mn text, num int, raw bytea, "
+         "plain_text text);"
+         "ALTER TABLE stored ALTER COLUMN ext SET STORAGE EXTERNAL, "
+         "ALTER COLUMN mn SET STORAGE MAIN, ALTER COLUMN raw SET STORAGE EXTERNAL;"
+         "CREATE PUBLICATION pub FOR TABLE stored;"
+         "INSERT INTO stored SELECT g, " +
+         big + ", " + big + ", g, convert_to(" + big + ", 'UTF8'), " + big +
+         " FROM generate_series(1, 20) g");
+    const std::string storage =
+        "SELECT attname, attstorage FROM pg_attribute WHERE attrelid = 'stored'::regclass "
+        "AND attnum > 0 AND NOT attisdropped AND attname <> '_pgtide_lsn' ORDER BY attnum";
+    // Compressed values per column: none where the storage is EXTERNAL.
+    const std::string compressed =
+        "SELECT count(pg_column_compression(ext)), count(pg_column_compression(mn)), "
+        "count(pg_column_compression(raw)), count(pg_column_compression(plain_text)) FROM stored";
+    const std::string rows = "SELECT id, md5(ext), md5(mn), num, md5(raw), md5(plain_text) "
+                             "FROM stored ORDER BY id";
+    run_once_pg();
+    expect_same(rows);
+    expect_same(storage);
+    EXPECT_EQ(dest_query(storage)[1][1], "e");
+    EXPECT_EQ(dest_query(storage)[2][1], "m");
+    EXPECT_EQ(dest_query(storage)[5][1], "x");
+    expect_same(compressed);
+    EXPECT_EQ(dest_query(compressed)[0], (Row{"0", "20", "0", "20"}));
+
+    // A column added later takes its storage when the stream adds it.
+    exec("ALTER TABLE stored ADD COLUMN later text;"
+         "ALTER TABLE stored ALTER COLUMN later SET STORAGE EXTERNAL;"
+         "UPDATE stored SET later = " +
+         big + ", plain_text = 'short' FROM (SELECT id AS g FROM stored) s WHERE s.g = stored.id");
+    run_once_pg();
+    const std::string rows_later = "SELECT id, md5(ext), md5(later), plain_text FROM stored "
+                                   "ORDER BY id";
+    expect_same(rows_later);
+    expect_same(storage);
+    EXPECT_EQ(dest_query(storage)[6], (Row{"later", "e"}));
+    expect_same("SELECT count(pg_column_compression(later)) FROM stored");
+}
+
 TEST_F(PostgresDestination, RefusesATypeThatDiffers) {
     PGTIDE_REQUIRE_PG();
     exec("CREATE TYPE mood AS ENUM ('sad', 'happy');"
