@@ -841,9 +841,9 @@ io::Task<void> PostgresDestination::ensure_table(const schema::Table& table, Ret
                     ? " DEFAULT " + conn_.escape_literal(*c.missing_text) + "::" + type_of(table, i)
                     : std::string();
             const std::string storage =
-                c.pg_storage.empty() ? std::string()
-                                     : ", ALTER COLUMN " + quote_identifier(c.name) +
-                                           " SET STORAGE " + c.pg_storage;
+                c.pg_storage.empty()
+                    ? std::string()
+                    : ", ALTER COLUMN " + quote_identifier(c.name) + " SET STORAGE " + c.pg_storage;
             co_await run("ALTER TABLE " + target + " ADD COLUMN " + quote_identifier(c.name) + " " +
                              type_of(table, i) + fill + storage,
                          "adding column \"" + c.name + "\" to " + target);
