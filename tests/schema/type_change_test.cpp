@@ -10,7 +10,8 @@ namespace {
 
 TableColumn column(std::uint32_t type, std::int32_t typmod = -1, std::uint32_t element = 0) {
     TableColumn c;
-    c.name = "c";
+    // Moved in, not assigned from the literal: GCC 12's -Wrestrict misfires on that at -O2.
+    c.name = std::string("c");
     c.type.oid = type;
     c.type.element_oid = element;
     c.typmod = typmod;
