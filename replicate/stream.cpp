@@ -232,7 +232,9 @@ io::Task<void> Stream::on_relation(pgoutput::Relation rel) {
     std::map<std::string, std::string> storage; // for a PostgreSQL destination's new columns
     if (known != by_name_.end()) {
         missing = co_await catalog_.missing_values(catalog_conn_, rel.oid);
-        storage = co_await catalog_.column_storage(catalog_conn_, rel.oid);
+        if (known->second->source_text) { // only a PostgreSQL destination declares storage
+            storage = co_await catalog_.column_storage(catalog_conn_, rel.oid);
+        }
     }
     install_relation(rel, types, type_sql, missing, storage);
 }
