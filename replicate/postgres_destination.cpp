@@ -1,6 +1,7 @@
 // PostgresDestination: set-based versioned apply into PostgreSQL over the async connection.
 #include "replicate/postgres_destination.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <unordered_map>
@@ -639,9 +640,27 @@ io::Task<bool> PostgresDestination::commit(std::vector<TableProgress> progress, 
         throw InternalError("checkpoint compare-and-swap from slot " + expected.slot_name +
                             " to slot " + next.slot_name);
     }
+    // Lanes that finished adding their table's key are forgotten; once no lane is copying,
+    // the others are waited for, so that their tables are recorded copied with this commit.
+    const bool copying = std::any_of(lanes_.begin(), lanes_.end(),
+                                     [](const auto& lane) { return !lane.second->finishing; });
+    co_await reap_lanes(!copying);
     co_await begin();
+    // Kept back earlier, now that their lanes are done; older than this commit's own rows.
+    std::vector<std::string> written_after_lanes;
+    for (const auto& [target, p] : after_lanes_) {
+        if (lanes_.contains(target)) {
+            continue;
+        }
+        co_await run_params(progress_upsert_sql(), progress_params(next.slot_name, p),
+                            "recording the state of " + p.source_table);
+        written_after_lanes.push_back(target);
+    }
     for (const auto& p : progress) {
-        if (lanes_.contains(p.target_table)) {
+        if (auto lane = lanes_.find(p.target_table); lane != lanes_.end()) {
+            if (lane->second->finishing) {
+                after_lanes_.insert_or_assign(p.target_table, p);
+            }
             continue; // its lane writes it, with the rows it covers
         }
         co_await run_params(progress_upsert_sql(), progress_params(next.slot_name, p),
@@ -667,6 +686,9 @@ io::Task<bool> PostgresDestination::commit(std::vector<TableProgress> progress, 
     in_transaction_ = false;
     co_await run("COMMIT", "committing");
     committed_ = next;
+    for (const auto& target : written_after_lanes) {
+        after_lanes_.erase(target);
+    }
     co_return true;
 }
 
@@ -722,6 +744,7 @@ io::Task<void> PostgresDestination::close() {
 // ---- tables ------------------------------------------------------------------------------
 
 io::Task<void> PostgresDestination::create_tables(std::vector<schema::Table> tables) {
+    co_await reap_lanes(true); // their tables' keys first
     co_await begin();
     for (const auto& t : tables) {
         co_await ensure_table(t);
@@ -761,6 +784,7 @@ io::Task<void> PostgresDestination::create_types(std::vector<UserType> types) {
 }
 
 io::Task<void> PostgresDestination::follow_schema(std::shared_ptr<const schema::Table> table) {
+    co_await reap_lanes(true); // their tables' keys first
     co_await begin();
     // The stream lets through only type changes that keep every value (or stops).
     co_await ensure_table(*table, Retype::Cast);
@@ -900,6 +924,7 @@ io::Task<void> PostgresDestination::ensure_table(const schema::Table& table, Ret
 
 io::Task<void> PostgresDestination::reset_tables(std::string slot,
                                                  std::vector<schema::Table> tables) {
+    co_await reap_lanes(true); // their tables' keys first
     co_await begin();
     std::string truncate;
     for (const auto& t : tables) {
@@ -919,6 +944,7 @@ io::Task<void> PostgresDestination::reset_tables(std::string slot,
 }
 
 io::Task<void> PostgresDestination::empty_tables(std::vector<schema::Table> tables) {
+    co_await reap_lanes(true); // their tables' keys first
     co_await begin();
     for (const auto& t : tables) {
         co_await run_params(std::string("DELETE FROM ") + kTombstonesTable +
@@ -979,15 +1005,6 @@ io::Task<void> PostgresDestination::prepare_for_copy(const schema::Table& table)
 
 io::Task<void> PostgresDestination::table_copied(std::shared_ptr<const schema::Table> table) {
     const std::string target = target_sql(*table);
-    // The lane's rows first: ADD PRIMARY KEY would wait for its transaction.
-    if (auto it = lanes_.find(table->target); it != lanes_.end()) {
-        co_await it->second->sending.join(); // rethrows what its sends threw
-        co_await commit_lane(this, it->second.get());
-        if (it->second->conn && it->second->conn->is_open()) {
-            idle_lanes_.push_back(std::move(*it->second->conn));
-        }
-        lanes_.erase(it);
-    }
     co_await begin();
     const CopyTarget found = co_await copy_target(target);
     std::string add_key;
@@ -1000,6 +1017,14 @@ io::Task<void> PostgresDestination::table_copied(std::shared_ptr<const schema::T
     }
     std::string sql = alter_table_sql(
         target, add_key, found.plain ? "RESET (autovacuum_enabled, toast.autovacuum_enabled)" : "");
+    if (auto it = lanes_.find(table->target); it != lanes_.end()) {
+        // With the lane's last rows, on its connection, while the applier goes on (CopyLane).
+        CopyLane* lane = it->second.get();
+        co_await lane->sending.join(); // rethrows what its sends threw
+        lane->finishing = true;
+        lane->sending.spawn(commit_lane(this, lane, std::move(sql)));
+        co_return;
+    }
     if (sql.empty()) {
         co_return;
     }
@@ -1009,6 +1034,7 @@ io::Task<void> PostgresDestination::table_copied(std::shared_ptr<const schema::T
 
 io::Task<void> PostgresDestination::request_copies(std::string slot,
                                                    std::vector<std::string> source_tables) {
+    co_await reap_lanes(true); // their tables' keys first
     co_await run_params(std::string("UPDATE ") + kTablesTable +
                             " SET state = 'init' WHERE slot_name = $1 AND source_table = "
                             "ANY($2::text[])",
@@ -1018,6 +1044,7 @@ io::Task<void> PostgresDestination::request_copies(std::string slot,
 
 io::Task<void> PostgresDestination::forget_tables(std::string slot,
                                                   std::vector<std::string> source_tables) {
+    co_await reap_lanes(true); // their tables' keys first
     co_await begin();
     for (const auto& name : source_tables) {
         co_await run_params(std::string("DELETE FROM ") + kTablesTable +
@@ -1027,6 +1054,7 @@ io::Task<void> PostgresDestination::forget_tables(std::string slot,
 }
 
 io::Task<void> PostgresDestination::clear_tombstones(std::vector<std::string> targets) {
+    co_await reap_lanes(true); // their tables' keys first
     co_await begin();
     for (const auto& t : targets) {
         co_await run_params(std::string("DELETE FROM ") + kTombstonesTable +
@@ -1103,6 +1131,9 @@ io::Task<void> PostgresDestination::copy_rows(std::shared_ptr<const schema::Tabl
 io::Task<PostgresDestination::CopyLane*> PostgresDestination::lane_of(const schema::Table& table) {
     if (laneless_.contains(table.target)) {
         co_return nullptr;
+    }
+    if (auto it = lanes_.find(table.target); it != lanes_.end() && it->second->finishing) {
+        co_await reap_lanes(true); // copied again: after the last copy's key
     }
     if (!lanes_.contains(table.target)) {
         std::optional<io::PgConnection> conn;
@@ -1202,24 +1233,37 @@ io::Task<void> PostgresDestination::send_to_lane(PostgresDestination* self, Copy
         self->fail(e, "copying rows into " + lane->target + " (on a connection of its own)");
     }
     if (lane->uncommitted_rows >= self->copy_commit_rows_) {
-        co_await commit_lane(self, lane);
+        co_await commit_lane(self, lane, std::string());
     }
 }
 
-io::Task<void> PostgresDestination::commit_lane(PostgresDestination* self, CopyLane* lane) {
-    if (!lane->open) {
+io::Task<void> PostgresDestination::commit_lane(PostgresDestination* self, CopyLane* lane,
+                                                std::string alter) {
+    if (!lane->open && alter.empty()) {
         co_return;
     }
-    if (!lane->progress || !self->committed_) {
+    if ((lane->open && !lane->progress) || !self->committed_) {
         throw InternalError("rows copied into " + lane->target +
                             " without their progress, or before any checkpoint");
     }
-    const Checkpoint& owner = *self->committed_;
+    // A copy: the main connection may commit a newer checkpoint (same slot, epoch and owner)
+    // while this lane waits.
+    const Checkpoint owner = *self->committed_;
     bool owned = false;
     try {
-        co_await lane->conn->copy_in_end();
-        co_await lane->conn->exec_params(progress_upsert_sql(),
-                                         progress_params(owner.slot_name, *lane->progress));
+        if (lane->open) {
+            co_await lane->conn->copy_in_end();
+        } else {
+            co_await lane->conn->exec("BEGIN");
+            lane->open = true;
+        }
+        if (!alter.empty()) {
+            co_await lane->conn->exec(alter);
+        }
+        if (lane->progress) {
+            co_await lane->conn->exec_params(progress_upsert_sql(),
+                                             progress_params(owner.slot_name, *lane->progress));
+        }
         io::PgResult found = co_await lane->conn->exec_params(
             std::string("SELECT 1 FROM ") + kCheckpointTable +
                 " WHERE slot_name = $1 AND epoch = $2 AND owner = $3 FOR SHARE",
@@ -1228,7 +1272,9 @@ io::Task<void> PostgresDestination::commit_lane(PostgresDestination* self, CopyL
         lane->open = false;
         co_await lane->conn->exec(owned ? "COMMIT" : "ROLLBACK");
     } catch (const io::PgError& e) {
-        self->fail(e, "committing the rows copied into " + lane->target);
+        self->fail(e, alter.empty() ? "committing the rows copied into " + lane->target
+                                    : "adding the primary key of " + lane->target +
+                                          " after its copy (on the copy's own connection)");
     }
     if (!owned) {
         throw DefiniteError(ExitCode::Fenced,
@@ -1241,7 +1287,24 @@ io::Task<void> PostgresDestination::commit_lane(PostgresDestination* self, CopyL
     lane->uncommitted_rows = 0;
 }
 
+io::Task<void> PostgresDestination::reap_lanes(bool wait) {
+    for (auto it = lanes_.begin(); it != lanes_.end();) {
+        CopyLane* lane = it->second.get();
+        if (!lane->finishing || (!wait && lane->sending.active() != 0)) {
+            ++it;
+            continue;
+        }
+        co_await lane->sending.join(); // rethrows what its last commit threw
+        if (lane->conn && lane->conn->is_open()) {
+            idle_lanes_.push_back(std::move(*lane->conn));
+        }
+        it = lanes_.erase(it);
+    }
+}
+
 io::Task<void> PostgresDestination::drop_lanes() {
+    // Kept back for lanes that now roll back: their tables are not copied after all.
+    after_lanes_.clear();
     for (auto& [target, lane] : lanes_) {
         try {
             co_await lane->sending.join();
@@ -1257,6 +1320,7 @@ io::Task<void> PostgresDestination::drop_lanes() {
 }
 
 io::Task<void> PostgresDestination::apply_changes(std::vector<Change> changes) {
+    co_await reap_lanes(true); // their tables' keys first
     co_await begin();
     // The last change of each key, per target table, in first-seen order of the keys. A
     // truncate, or a table whose columns changed, ends the stretch that can be merged at once.

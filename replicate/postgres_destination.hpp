@@ -88,8 +88,9 @@ public:
     io::Task<void> apply_changes(std::vector<Change> changes) override;
     io::Task<void> reset_tables(std::string slot, std::vector<schema::Table> tables) override;
     io::Task<void> empty_tables(std::vector<schema::Table> tables) override;
-    /// Commits the table's CopyLane, then adds the primary key that emptying the table for its
-    /// copy dropped.
+    /// Adds the primary key that emptying the table for its copy dropped: in the last
+    /// transaction of the table's CopyLane, without waiting for it, when the table has one;
+    /// else on the main connection.
     io::Task<void> table_copied(std::shared_ptr<const schema::Table> table) override;
     io::Task<void> request_copies(std::string slot,
                                   std::vector<std::string> source_tables) override;
@@ -161,9 +162,17 @@ private:
     ///    the checkpoint row with our slot, epoch and owner token. A takeover's UPDATE waits for
     ///    that commit; after a takeover the row is not found, the lane rolls back and stops
     ///    with exit code 4.
+    ///  * Its last transaction, started by table_copied(), also adds the table's primary key
+    ///    (and turns its autovacuum back on): the key is built on the lane's connection while
+    ///    the applier goes on with the other tables' rows, instead of holding up the main
+    ///    connection, and with it every other table, for as long as the index takes. The lane
+    ///    is then `finishing`; commit() keeps the table's later progress rows (a table whose key
+    ///    is not committed must not be recorded copied) until the lane is done, and waits for
+    ///    finishing lanes once no lane is copying any more.
     ///  * The main connection never waits on a lane's locks: the lane's table was emptied by a
-    ///    committed transaction, table_copied() commits the lane before ADD PRIMARY KEY, and a
-    ///    lane holds its share lock only between that check and its COMMIT.
+    ///    committed transaction, the main connection only ever waits for a finishing lane
+    ///    outside its checkpoint update (reap_lanes), and a lane holds its share lock only
+    ///    between its owner check and its COMMIT.
     struct CopyLane {
         std::string target;                    ///< the table, quoted
         std::string copy_sql;                  ///< its COPY … FROM STDIN
@@ -172,7 +181,8 @@ private:
         bool open = false;                     ///< its transaction and COPY are open
         std::optional<TableProgress> progress; ///< covers the rows sent since its last commit
         std::int64_t uncommitted_rows = 0;
-        io::AsyncScope sending; ///< the batch on its way: at most one
+        bool finishing = false; ///< its copy is whole: its last commit adds the key (sending)
+        io::AsyncScope sending; ///< the batch on its way, or the last commit: at most one
     };
 
     PostgresDestination(io::PgConnection conn, std::string target, std::string url,
@@ -239,10 +249,14 @@ private:
     /// commits once the lane holds copy_commit_rows rows.
     static io::Task<void> send_to_lane(PostgresDestination* self, CopyLane* lane,
                                        std::string bytes);
-    /// Ends the lane's COPY and commits its rows with its progress if the checkpoint row still
-    /// has the slot, epoch and owner last committed; else rolls back and throws
-    /// DefiniteError(Fenced). Nothing of the lane may be on its way.
-    static io::Task<void> commit_lane(PostgresDestination* self, CopyLane* lane);
+    /// Ends the lane's COPY, runs `alter` (an ALTER TABLE of its table; may be empty) and
+    /// commits its rows with its progress if the checkpoint row still has the slot, epoch and
+    /// owner last committed; else rolls back and throws DefiniteError(Fenced). With `alter`, a
+    /// transaction is begun when none is open. Nothing of the lane may be on its way.
+    static io::Task<void> commit_lane(PostgresDestination* self, CopyLane* lane, std::string alter);
+    /// Forgets the finishing lanes whose last commit is done (their connections go idle),
+    /// first waiting for every finishing lane when `wait`; rethrows what such a commit threw.
+    io::Task<void> reap_lanes(bool wait);
     /// Waits for the lanes' sends and closes their connections: their transactions roll back.
     io::Task<void> drop_lanes();
 
@@ -259,6 +273,9 @@ private:
     std::int64_t copy_commit_rows_;
     bool merge_upserts_; ///< upserts are merged with MERGE (PostgreSQL 15+), else ON CONFLICT
     std::vector<io::PgConnection> idle_lanes_; ///< connections of lanes whose copy is whole
+    /// Progress rows commit() kept back, by Table::target, until the table's finishing lane is
+    /// done: they record the table copied, which its primary key must be committed before.
+    std::map<std::string, TableProgress> after_lanes_;
     /// Tables copied through the main connection because a connection of their own was refused.
     std::set<std::string> laneless_;
     /// The checkpoint as last committed: the owner a lane checks before it commits.

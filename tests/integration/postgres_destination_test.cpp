@@ -412,6 +412,83 @@ TEST_F(PostgresDestination, TablesCopiedAtOnceCommitRowsWithTheirProgressAndAreF
     expect_same("SELECT id, v FROM big_b ORDER BY id");
 }
 
+// A table whose copy is whole gets its primary key on its copy's own connection, in that
+// connection's last transaction, while the other tables go on copying: the index build does not
+// hold up the main connection, and with it every other table. Here the key of `small` cannot be
+// built (another session holds a lock on it) and `big`, copied at the same time, is still
+// copied whole and gets its own key; once the lock goes, the run ends with both tables equal,
+// keyed and ready.
+// Broken on purpose, then reverted: with table_copied() adding the key on the main connection
+// again (as before this test), `big` stopped short of its rows until the wait gave up.
+TEST_F(PostgresDestination, AKeyBuildDoesNotHoldUpTheOtherTablesCopies) {
+    PGTIDE_REQUIRE_PG();
+    constexpr int kSmall = 100000;
+    constexpr int kBig = 300000;
+    exec("CREATE TABLE small (id bigint PRIMARY KEY, v text NOT NULL);"
+         "CREATE TABLE big (id bigint PRIMARY KEY, v text NOT NULL);"
+         "INSERT INTO small SELECT g, 's ' || g FROM generate_series(1, " +
+         std::to_string(kSmall) +
+         ") g;"
+         "INSERT INTO big SELECT g, 'b ' || g FROM generate_series(1, " +
+         std::to_string(kBig) +
+         ") g;"
+         "CREATE PUBLICATION pub FOR TABLE small, big");
+    // Small pages and batches: each table's connection commits every 1,000 rows, and `small`
+    // is seen mid-copy.
+    const std::string config =
+        write_config("[snapshot]\npage_rows = 500\nbatch_rows = 100\nparallel_tables = 2\n"
+                     "[apply]\nbatch_rows = 200\n");
+    const auto has_key = [&](const std::string& table) {
+        return pg().query_value(dest_db_, "SELECT count(*) FROM pg_index WHERE indrelid = '" +
+                                              table + "'::regclass AND indisprimary") == "1";
+    };
+    PgtideProcess p({"run", "-c", config, "--once"});
+    ASSERT_TRUE(wait_for([&] {
+        try {
+            const Rows r = dest_query("SELECT rows_copied FROM _pgtide_tables WHERE "
+                                      "source_table = 'public.small' AND state = 'copying'");
+            return r.size() == 1 && r[0][0] && std::stoll(*r[0][0]) > 0;
+        } catch (const std::exception&) {
+            return false; // the metadata tables are not there yet
+        }
+    })) << p.stderr_text();
+    // Granted at once (the copy's COPY does not conflict with it); ADD PRIMARY KEY waits for it.
+    std::thread locker([this] {
+        try {
+            pg().exec(dest_db_, "BEGIN; LOCK TABLE small IN ACCESS SHARE MODE; "
+                                "SELECT pg_sleep(600); COMMIT");
+        } catch (const std::exception&) {
+            // terminated below, as intended
+        }
+    });
+    const std::string sleeper_sql = "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND "
+                                    "query LIKE 'BEGIN; LOCK TABLE small%'";
+    const bool locked = wait_for([&] { return dest_query(sleeper_sql).size() == 1; });
+    const bool small_keyed_early = has_key("small");
+    bool big_whole = false;
+    if (locked && !small_keyed_early) {
+        big_whole = wait_for([&] {
+            return pg().query_value(dest_db_, "SELECT count(*) FROM big") == std::to_string(kBig) &&
+                   has_key("big");
+        });
+    }
+    const bool small_keyed_meanwhile = has_key("small");
+    pg().exec(dest_db_, "SELECT pg_terminate_backend(pid) FROM (" + sleeper_sql + ") s");
+    locker.join();
+    ASSERT_TRUE(locked) << "the lock on small was not taken";
+    ASSERT_FALSE(small_keyed_early) << "small's copy ended before it was locked";
+    EXPECT_TRUE(big_whole) << "big was not copied whole and keyed while small's key waited";
+    EXPECT_FALSE(small_keyed_meanwhile) << "small got its key through the lock";
+    EXPECT_EQ(p.wait(), 0) << p.stderr_text();
+    EXPECT_TRUE(has_key("small"));
+    EXPECT_TRUE(has_key("big"));
+    EXPECT_EQ(pg().query_value(dest_db_, "SELECT string_agg(source_table || ' ' || state, ', ' "
+                                         "ORDER BY source_table) FROM _pgtide_tables"),
+              "public.big ready, public.small ready");
+    expect_same("SELECT id, v FROM small ORDER BY id");
+    expect_same("SELECT id, v FROM big ORDER BY id");
+}
+
 // A destination that refuses a table's copy a connection of its own (here the role's
 // CONNECTION LIMIT of 1, which the main connection takes) still takes the copy, through the
 // main connection, and ends equal. Broken on purpose once, then reverted: with lane_of
