@@ -1255,7 +1255,6 @@ io::Task<void> PostgresDestination::commit_lane(PostgresDestination* self, CopyL
             co_await lane->conn->copy_in_end();
         } else {
             co_await lane->conn->exec("BEGIN");
-            lane->open = true;
         }
         if (!alter.empty()) {
             co_await lane->conn->exec(alter);
