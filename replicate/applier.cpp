@@ -226,6 +226,11 @@ io::Task<void> Applier::apply(ApplyWork work) {
             if (!rows->reached.empty()) {
                 range.after = std::move(rows->reached);
             }
+            if (rows->chunks_done_below) {
+                // Read as unordered chunks: the range goes on from the next chunk's start.
+                range.lower = std::move(rows->chunks_done_below);
+                range.after.clear();
+            }
             range.done = range.done || rows->range_done;
             copy_key = encode_copy_key(*plan);
         }
@@ -491,6 +496,10 @@ Applier::prepare_table_copies(std::vector<std::shared_ptr<const schema::Table>> 
     set_tables(std::move(tables));
     copy_version_ = version;
     beside_stream_ = beside_stream;
+    if (!in_transaction_) {
+        transaction_started_ = std::chrono::steady_clock::now();
+    }
+    in_transaction_ = true;
     std::vector<schema::Table> copies;
     for (std::size_t i = 0; i < tables_.size(); ++i) {
         const auto& t = tables_[i];
@@ -501,9 +510,25 @@ Applier::prepare_table_copies(std::vector<std::shared_ptr<const schema::Table>> 
             // Kept as the earlier copy left it; recorded with that copy's version, the older
             // one, so that the stream applies every change since (DESIGN §5's versions keep
             // the newer rows of this copy as they are).
-            rows_per_table_[i] = going_on->rows_copied;
-            copied_since_[i] = going_on->copy_lsn;
-            note_progress(*going_on);
+            // Rows of a chunk it was cut short in are read again: gone first where they would
+            // be there twice.
+            std::int64_t discarded = 0;
+            if (std::optional<CopyKey> key = parse_copy_key(going_on->copy_key)) {
+                schema::Table table = *t;
+                CopyKey progress = std::move(*key);
+                discarded = co_await destination_.discard_unfinished_chunks(std::move(table),
+                                                                           std::move(progress));
+            }
+            if (discarded > 0) {
+                io::log_info("removed the rows of the chunks its copy was cut short in, which it "
+                             "reads again",
+                             {{"table", t->qualified()}, {"rows_removed", std::to_string(discarded)}});
+            }
+            TableProgress kept = *going_on;
+            kept.rows_copied -= discarded;
+            rows_per_table_[i] = kept.rows_copied;
+            copied_since_[i] = kept.copy_lsn;
+            note_progress(std::move(kept));
             continue;
         }
         copies.push_back(*t);
@@ -515,10 +540,6 @@ Applier::prepare_table_copies(std::vector<std::shared_ptr<const schema::Table>> 
             m->snapshot_done.erase(t->qualified());
         }
     }
-    if (!in_transaction_) {
-        transaction_started_ = std::chrono::steady_clock::now();
-    }
-    in_transaction_ = true;
     co_await destination_.empty_tables(std::move(copies));
 }
 

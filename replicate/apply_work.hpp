@@ -47,6 +47,10 @@ struct CopyRows {
     /// The key of the last row of the batch (RangeProgress::after); empty without rows.
     std::vector<std::string> reached = {};
     bool range_done = false; ///< the range's last batch (possibly without rows)
+    /// Set on a batch of a range read as unordered chunks: every row of the range below this
+    /// first-key value (its text output) is in this batch or an earlier one, so the range's
+    /// progress goes on from here (RangeProgress::lower; `after` stays empty).
+    std::optional<std::string> chunks_done_below = {};
     CopyTuples tuples = {};  ///< the rows instead of `rows` when the table is copy_binary
 
     std::int64_t size() const { return std::int64_t(rows.size() + tuples.version_at.size()); }

@@ -69,9 +69,13 @@ struct TableProgress {
 /// the last row copied into the destination, every value as the source prints it (its text
 /// output), so that a later copy under another snapshot can go on after it.
 struct RangeProgress {
-    std::optional<std::string> lower; ///< absent: open
+    /// Absent: open. A range read as unordered chunks moves it up to the next chunk's start as
+    /// chunks are done; rows at or above it may be in the destination already (a chunk cut
+    /// short), which a copy going on discards first (Destination::discard_unfinished_chunks).
+    std::optional<std::string> lower;
     std::optional<std::string> upper; ///< absent: open
-    std::vector<std::string> after;   ///< one value per key column; empty: no row copied yet
+    /// One value per key column; empty: no row copied yet, or the range is read as chunks.
+    std::vector<std::string> after;
     bool done = false;                ///< every row of the range is copied
     friend bool operator==(const RangeProgress&, const RangeProgress&) = default;
 };

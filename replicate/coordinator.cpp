@@ -299,6 +299,11 @@ SnapshotOptions snapshot_options(const RunOptions& o, const std::string& applica
     so.batch_bytes = o.batch_bytes;
     so.max_row_bytes = o.max_row_bytes;
     so.split_rows = o.split_rows;
+    // Its tables have no key while copied, so the rows of a chunk cut short can be found and
+    // removed before the copy goes on (PostgresDestination::discard_unfinished_chunks). SQLite
+    // inserts fastest in key order, which keyset pages give it.
+    so.read_chunks = !o.postgres_url.empty();
+    so.chunk_rows = o.chunk_rows;
     so.application_name = application_name;
     so.stop_requested = stop_requested;
     return so;

@@ -122,6 +122,13 @@ public:
                                          std::vector<std::string> source_tables) = 0;
     /// Removes every tombstone of the given target tables (their copy is complete).
     virtual io::Task<void> clear_tombstones(std::vector<std::string> targets) = 0;
+    /// Before a copy of `table` cut short goes on from `key` (DESIGN §4 "Copy ranges"), in the
+    /// current transaction: removes the rows that the copy reads again and that would otherwise
+    /// be there twice, those of each unfinished range read as unordered chunks (no key reached),
+    /// at or above its lower bound. Returns how many rows it removed. A destination whose
+    /// table keeps its key during a copy (SQLite) removes none: the versioned upsert replaces
+    /// a row read again.
+    virtual io::Task<std::int64_t> discard_unfinished_chunks(schema::Table table, CopyKey key) = 0;
 
     /// Writes `progress`, then the checkpoint CAS from `expected` to `next`, then COMMIT (a
     /// transaction is opened first when none is). Returns false, rolled back, when the CAS

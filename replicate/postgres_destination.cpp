@@ -9,6 +9,7 @@
 #include "io/log.hpp"
 #include "replicate/errors.hpp"
 #include "replicate/session.hpp"
+#include "replicate/snapshot_copier.hpp"
 #include "schema/binary_copy.hpp"
 #include "schema/codec.hpp"
 #include "schema/pg_types.hpp"
@@ -1061,6 +1062,48 @@ io::Task<void> PostgresDestination::clear_tombstones(std::vector<std::string> ta
                                 " WHERE target_table = $1",
                             params(t), "removing the tombstones of " + t);
     }
+}
+
+io::Task<std::int64_t> PostgresDestination::discard_unfinished_chunks(schema::Table table,
+                                                                      CopyKey key) {
+    // Only ranges the copier reads as chunks (SnapshotCopier::chunked_key, no key reached):
+    // a keyset range's rows were committed with the key they reached, so none is past it.
+    if (!SnapshotCopier::chunked_key(table)) {
+        co_return 0;
+    }
+    const std::size_t first = table.key_columns.at(0);
+    const std::string column = quote_identifier(table.columns[first].name);
+    const std::string cast = "::" + type_of(table, first);
+    std::vector<std::optional<std::string>> bounds;
+    std::string where;
+    for (const RangeProgress& r : key.ranges) {
+        if (r.done || !r.after.empty()) {
+            continue;
+        }
+        std::string in;
+        if (r.lower) {
+            bounds.push_back(*r.lower);
+            in = column + " >= $" + std::to_string(bounds.size()) + cast;
+        }
+        if (r.upper) {
+            bounds.push_back(*r.upper);
+            in += (in.empty() ? "" : " AND ") + column + " < $" + std::to_string(bounds.size()) +
+                  cast;
+        }
+        where += (where.empty() ? "(" : " OR (") + (in.empty() ? "true" : in) + ")";
+    }
+    if (where.empty()) {
+        co_return 0;
+    }
+    co_await reap_lanes(true); // a lane of the table commits nothing after this
+    co_await begin();
+    const std::string target = target_sql(table);
+    io::PgResult r = co_await run_params("WITH d AS (DELETE FROM " + target + " WHERE " + where +
+                                             " RETURNING 1) SELECT count(*) FROM d",
+                                         std::move(bounds),
+                                         "removing the rows of " + target +
+                                             " that its copy, going on, reads again");
+    co_return std::stoll(std::string(r.get(0, 0)));
 }
 
 // ---- rows --------------------------------------------------------------------------------

@@ -96,6 +96,7 @@ public:
                                   std::vector<std::string> source_tables) override;
     io::Task<void> forget_tables(std::string slot, std::vector<std::string> source_tables) override;
     io::Task<void> clear_tombstones(std::vector<std::string> targets) override;
+    io::Task<std::int64_t> discard_unfinished_chunks(schema::Table table, CopyKey key) override;
     io::Task<bool> commit(std::vector<TableProgress> progress, Checkpoint expected,
                           Checkpoint next) override;
     io::Task<void> rollback() override;

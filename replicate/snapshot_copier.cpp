@@ -118,10 +118,28 @@ std::string describe_key(const schema::Table& table, const schema::Row& row) {
     return s;
 }
 
+/// The key of a row of a binary copy (`fields`, its values as read), for messages.
+std::string describe_binary_key(const schema::Table& table,
+                                const std::vector<std::optional<std::string_view>>& fields) {
+    schema::Row row(table.columns.size(), schema::Value{schema::Null{}});
+    for (const auto k : table.key_columns) {
+        if (fields[k] && schema::has_binary_decoder(table.columns[k].type)) {
+            row[k] = schema::decode_binary(table.columns[k].type, *fields[k]);
+        }
+    }
+    return describe_key(table, row);
+}
+
 // Rows to sample per range, and at least, when choosing cut points: SYSTEM sampling reads whole
 // pages, whose rows often hold neighbouring keys, so a sample needs many pages to be spread.
 constexpr std::int64_t kSampleRowsPerRange = 1000;
 constexpr std::int64_t kMinSampleRows = 50000;
+
+// Rows of a table to sample when it is cut into `pieces` pieces (ranges, or chunks of all its
+// ranges).
+std::int64_t sample_rows(std::int64_t pieces) {
+    return std::max(kMinSampleRows, kSampleRowsPerRange * pieces);
+}
 
 std::string table_sql(const schema::Table& t) {
     return schema::quote_identifier(t.schema) + "." + schema::quote_identifier(t.name);
@@ -188,9 +206,12 @@ std::string SnapshotCopier::copy_shape(const SourceTable& st) {
     return shape;
 }
 
-std::string SnapshotCopier::page_query(const SourceTable& st, const std::vector<std::string>& after,
-                                       std::int64_t limit, const KeyRange& range) {
-    const schema::Table& t = st.table;
+namespace {
+
+// The select list of a page or chunk: every column (binary, or its type's output when the
+// values are decoded from text), then, for a keyset read, the text form of every key column
+// whose next-page literal is not printed from its binary value (binary_integer_key).
+std::string select_list(const schema::Table& t, bool key_texts) {
     std::string select;
     for (std::size_t i = 0; i < t.columns.size(); ++i) {
         if (i) {
@@ -206,6 +227,9 @@ std::string SnapshotCopier::page_query(const SourceTable& st, const std::vector<
                 "CASE WHEN " + column + " IS NULL THEN NULL ELSE format('%s', " + column + ") END";
         }
     }
+    if (!key_texts) {
+        return select;
+    }
     // The text form of every non-integer key column (when the values stay binary, of every key
     // column but int2, int4, int8 and oid: binary_integer_key), for the next page's literals.
     for (auto k : t.key_columns) {
@@ -214,6 +238,28 @@ std::string SnapshotCopier::page_query(const SourceTable& st, const std::vector<
             select += ", " + schema::quote_identifier(t.columns[k].name) + "::text";
         }
     }
+    return select;
+}
+
+// The row filter and the range's bounds on the first key column, half-open (every key falls in
+// one range), ANDed; empty when there are none.
+std::string range_condition(const SourceTable& st, const KeyRange& range) {
+    const schema::Table& t = st.table;
+    std::string where = st.row_filter.empty() ? "" : "(" + st.row_filter + ")";
+    if (range.lower) {
+        where += (where.empty() ? "" : " AND ") + first_key_sql(t) + " >= " + *range.lower;
+    }
+    if (range.upper) {
+        where += (where.empty() ? "" : " AND ") + first_key_sql(t) + " < " + *range.upper;
+    }
+    return where;
+}
+
+} // namespace
+
+std::string SnapshotCopier::page_query(const SourceTable& st, const std::vector<std::string>& after,
+                                       std::int64_t limit, const KeyRange& range) {
+    const schema::Table& t = st.table;
     std::string keys;
     for (std::size_t i = 0; i < t.key_columns.size(); ++i) {
         if (i) {
@@ -222,15 +268,8 @@ std::string SnapshotCopier::page_query(const SourceTable& st, const std::vector<
         // Qualified: the key's ::text copy in the select list has the same output name.
         keys += "src." + schema::quote_identifier(t.columns[t.key_columns[i]].name);
     }
-    std::string sql = "COPY (SELECT " + select + " FROM " + table_sql(t) + " AS src";
-    std::string where = st.row_filter.empty() ? "" : "(" + st.row_filter + ")";
-    // The range's bounds on the first key column, half-open: every key falls in one range.
-    if (range.lower) {
-        where += (where.empty() ? "" : " AND ") + first_key_sql(t) + " >= " + *range.lower;
-    }
-    if (range.upper) {
-        where += (where.empty() ? "" : " AND ") + first_key_sql(t) + " < " + *range.upper;
-    }
+    std::string sql = "COPY (SELECT " + select_list(t, true) + " FROM " + table_sql(t) + " AS src";
+    std::string where = range_condition(st, range);
     if (!after.empty()) {
         where += where.empty() ? "(" : " AND (";
         where += keys + ") > (";
@@ -247,6 +286,20 @@ std::string SnapshotCopier::page_query(const SourceTable& st, const std::vector<
     }
     sql += " ORDER BY " + keys + " LIMIT " + std::to_string(limit) + ") TO STDOUT (FORMAT binary)";
     return sql;
+}
+
+std::string SnapshotCopier::chunk_query(const SourceTable& st, const KeyRange& range) {
+    const schema::Table& t = st.table;
+    std::string sql = "COPY (SELECT " + select_list(t, false) + " FROM " + table_sql(t) + " AS src";
+    const std::string where = range_condition(st, range);
+    if (!where.empty()) {
+        sql += " WHERE " + where;
+    }
+    return sql + ") TO STDOUT (FORMAT binary)";
+}
+
+bool SnapshotCopier::chunked_key(const schema::Table& t) {
+    return !t.key_columns.empty() && integer_literal_key(t.columns[t.key_columns.front()]);
 }
 
 int SnapshotCopier::range_count(std::int64_t estimated_rows, std::int64_t split_rows, int readers) {
@@ -306,12 +359,14 @@ io::Task<void> SnapshotCopier::plan(io::PgConnection& conn) {
     std::vector<std::int64_t> estimates(tables_.size(), 0);
     const bool may_split =
         options_.split_rows > 0 && options_.parallel_tables >= 2 && !tables_.empty();
-    if (may_split) {
+    // Chunks are sized by the estimate too.
+    const bool estimate = may_split || (options_.read_chunks && !tables_.empty());
+    if (estimate) {
         estimates = co_await estimate_rows(conn);
     }
     plans_.assign(tables_.size(), CopyKey{});
     for (std::size_t i = 0; i < tables_.size(); ++i) {
-        copies_[i].estimated_rows = may_split ? estimates[i] : tables_[i].estimated_rows;
+        copies_[i].estimated_rows = estimate ? estimates[i] : tables_[i].estimated_rows;
         plans_[i].shape = copy_shape(tables_[i]);
         const std::string& first_type =
             tables_[i].columns.at(tables_[i].table.key_columns.at(0)).type_sql;
@@ -346,7 +401,7 @@ io::Task<void> SnapshotCopier::plan(io::PgConnection& conn) {
         std::vector<std::string> cuts;
         if (want > 1) {
             check_stop();
-            cuts = co_await cut_points(conn, i, want, estimates[i]);
+            cuts = co_await cut_points(conn, i, want, sample_rows(want));
         }
         if (cuts.empty()) {
             work_.push_back(Work{i, KeyRange{}, 1, {}});
@@ -427,27 +482,29 @@ io::Task<std::vector<std::int64_t>> SnapshotCopier::estimate_rows(io::PgConnecti
     co_return out;
 }
 
-// Up to ranges - 1 cut points of the first key column, as its text output, in the column's
-// own order (percentile_disc returns them in the order of its fractions, sorted by the
-// column's operator class and collation); repeats are dropped. Empty when the sample is.
+// Up to pieces - 1 cut points of the first key column inside `within`, as its text output, in
+// the column's own order (percentile_disc returns them in the order of its fractions, sorted by
+// the column's operator class and collation), from a sample of about `sample` rows of the
+// whole table; repeats are dropped. Empty when the sample is.
 io::Task<std::vector<std::string>> SnapshotCopier::cut_points(io::PgConnection& conn,
-                                                              std::size_t index, int ranges,
-                                                              std::int64_t estimated_rows) {
+                                                              std::size_t index, int pieces,
+                                                              std::int64_t sample,
+                                                              const KeyRange& within) {
     const SourceTable& st = tables_[index];
     const schema::Table& t = st.table;
     std::string fractions;
-    for (int i = 1; i < ranges; ++i) {
-        fractions += (i > 1 ? "," : "") + float_sql(double(i) / ranges);
+    for (int i = 1; i < pieces; ++i) {
+        fractions += (i > 1 ? "," : "") + float_sql(double(i) / pieces);
     }
-    const std::int64_t sample_rows = std::max(kMinSampleRows, kSampleRowsPerRange * ranges);
+    const std::int64_t estimated_rows = copies_[index].estimated_rows;
     std::string from = table_sql(t) + " AS src";
-    if (sample_rows < estimated_rows) {
+    if (sample < estimated_rows) {
         from += " TABLESAMPLE SYSTEM (" +
-                float_sql(100.0 * double(sample_rows) / double(estimated_rows)) +
+                float_sql(100.0 * double(sample) / double(estimated_rows)) +
                 ") REPEATABLE (0)";
     }
-    if (!st.row_filter.empty()) {
-        from += " WHERE (" + st.row_filter + ")";
+    if (const std::string where = range_condition(st, within); !where.empty()) {
+        from += " WHERE " + where;
     }
     const std::string sql = "SELECT u.cut::text FROM unnest((SELECT percentile_disc('{" +
                             fractions + "}'::float8[]) WITHIN GROUP (ORDER BY " + first_key_sql(t) +
@@ -518,17 +575,49 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
     CopyRows batch = empty_batch(index, range_index, t.copy_binary, reserve, reserve_bytes);
     std::uint64_t batch_bytes = 0;
     std::vector<std::optional<std::string_view>> fields;
+    // An integer-keyed range not cut short inside a keyset page is read as unordered chunks
+    // (SnapshotOptions::read_chunks): `cuts` are the chunks' bounds inside the range.
+    const bool chunked = options_.read_chunks && after.empty() && chunked_key(t);
+    std::vector<std::string> cuts;
+    std::size_t chunk = 0;
+    const std::string& first_type = st.columns.at(t.key_columns.at(0)).type_sql;
+    if (chunked) {
+        const std::int64_t range_rows = copy.estimated_rows / std::max(1, copy.ranges);
+        const auto chunks = int(std::clamp<std::int64_t>(
+            (range_rows + options_.chunk_rows - 1) / std::max<std::int64_t>(1, options_.chunk_rows),
+            1, kMaxChunks));
+        if (chunks > 1) {
+            check_stop();
+            cuts = co_await cut_points(conn, index, chunks,
+                                       sample_rows(std::int64_t(chunks) * copy.ranges), work.range);
+        }
+        // Bitmap or sequential scans: a chunk needs no order, and an index scan over it costs
+        // the source as much as keyset pages do.
+        co_await conn.exec("SET enable_indexscan = off");
+    }
     for (;;) {
         check_stop();
-        co_await conn.copy_out_start(page_query(st, after, options_.page_rows, work.range));
+        std::string query;
+        if (chunked) {
+            KeyRange bounds;
+            bounds.lower = chunk == 0 ? work.range.lower
+                                      : conn.escape_literal(cuts[chunk - 1]) + "::" + first_type;
+            bounds.upper = chunk == cuts.size()
+                               ? work.range.upper
+                               : conn.escape_literal(cuts[chunk]) + "::" + first_type;
+            query = chunk_query(st, bounds);
+        } else {
+            query = page_query(st, after, options_.page_rows, work.range);
+        }
+        co_await conn.copy_out_start(std::move(query));
         schema::BinaryCopyParser parser;
         std::int64_t in_page = 0;
         for (;;) {
-            std::optional<io::PgBuffer> chunk = co_await conn.copy_out_next();
-            if (!chunk) {
+            std::optional<io::PgBuffer> data = co_await conn.copy_out_next();
+            if (!data) {
                 break;
             }
-            parser.feed(chunk->view());
+            parser.feed(data->view());
             while (parser.next(fields) == schema::BinaryCopyParser::Status::RowReady) {
                 if (fields.size() < t.columns.size()) {
                     throw InternalError("COPY of " + t.qualified() + " returned " +
@@ -565,9 +654,10 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
                     }
                 }
                 // The key of the last row read, kept raw: only the page's last row becomes
-                // literals (escaping every row's key would allocate for each).
+                // literals (escaping every row's key would allocate for each). A chunk has no
+                // order, and so no key reached.
                 std::size_t extra = t.columns.size();
-                for (std::size_t n = 0; n < t.key_columns.size(); ++n) {
+                for (std::size_t n = 0; n < t.key_columns.size() && !chunked; ++n) {
                     const auto k = t.key_columns[n];
                     if (binary_integer_key(t, k)) {
                         const auto& f = fields[k];
@@ -595,9 +685,15 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
                     }
                 }
                 if (row_bytes > options_.max_row_bytes) {
-                    print_integer_keys(t, last_raw, last_key);
-                    const std::string key =
-                        t.copy_binary ? describe_key(t, last_key) : describe_key(t, row);
+                    std::string key;
+                    if (t.copy_binary && chunked) {
+                        key = describe_binary_key(t, fields);
+                    } else if (t.copy_binary) {
+                        print_integer_keys(t, last_raw, last_key);
+                        key = describe_key(t, last_key);
+                    } else {
+                        key = describe_key(t, row);
+                    }
                     throw DefiniteError(ExitCode::Other,
                                         "row of " + t.qualified() + " (key " + key + ") is " +
                                             std::to_string(row_bytes) +
@@ -614,8 +710,10 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
                 ++in_page;
                 if (batch.size() >= options_.batch_rows || batch_bytes >= options_.batch_bytes) {
                     total += batch.size();
-                    print_integer_keys(t, last_raw, last_key);
-                    batch.reached = last_key;
+                    if (!chunked) {
+                        print_integer_keys(t, last_raw, last_key);
+                        batch.reached = last_key;
+                    }
                     ApplyWork full(std::move(batch)); // named: see tests/lint_layers.sh
                     const bool sent = co_await out.send(std::move(full));
                     if (!sent) {
@@ -626,15 +724,29 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
                 }
             }
         }
+        if (chunked) {
+            stats_.chunks_read += 1;
+            if (chunk == cuts.size()) {
+                break;
+            }
+            // Goes with the batch being filled, whose rows (and those before) hold every row
+            // below it: the range's progress may go on from there.
+            batch.chunks_done_below = cuts[chunk];
+            ++chunk;
+            continue;
+        }
         if (in_page < options_.page_rows) {
             break;
         }
         print_integer_keys(t, last_raw, last_key);
         after = key_literals(conn, st, last_key);
     }
+    if (chunked) {
+        co_await conn.exec("RESET enable_indexscan");
+    }
     // The range's last batch, even without rows: it tells the applier the range is done.
     total += batch.size();
-    if (batch.size() > 0) {
+    if (batch.size() > 0 && !chunked) {
         print_integer_keys(t, last_raw, last_key);
         batch.reached = last_key;
     }

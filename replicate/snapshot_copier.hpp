@@ -22,7 +22,15 @@
 // that tables are copied at once; the ranges of one table are copied at once by several
 // readers under the one exported snapshot. A range is read in keyset order, one binary COPY per
 // page of page_rows rows; the next page continues after the last key read, with literals built from
-// server-produced values. Rows go to the applier in batches bounded by batch_rows and
+// server-produced values. With read_chunks, a range whose first key column is an integer is
+// read instead as chunks of about chunk_rows rows, each one unordered COPY of a half-open
+// interval of that column (cut at percentiles of a sample of the range, as ranges are), planned
+// without index scans: a keyset page costs the source about three times the CPU of a plain
+// read (bench/RESULTS.md, 2026-12-06). A chunk has no resume point inside it: its batches
+// carry no key reached, and the one after a chunk's end moves the range's lower bound to the
+// next chunk's start (CopyRows::chunks_done_below). A copy that goes on from there reads again
+// the rows of a chunk it was cut short in, which the destination discards first
+// (Destination::discard_unfinished_chunks). Rows go to the applier in batches bounded by batch_rows and
 // batch_bytes through a bounded channel: a slow destination stalls the readers, never grows
 // memory (at most channel capacity + one batch per reader are decoded and not yet applied).
 // The applier sees CopyRows of a table from any of its ranges, and one CopyComplete with the
@@ -52,6 +60,10 @@ struct SnapshotOptions {
     /// A table estimated to hold more rows than this is copied as key ranges by several readers
     /// at once (`snapshot.split_rows`); 0 never splits. Splitting needs parallel_tables >= 2.
     std::int64_t split_rows = 1000000;
+    /// Ranges of tables whose first key column is an integer are read as unordered chunks of
+    /// about chunk_rows rows (set for PostgreSQL destinations) instead of keyset pages.
+    bool read_chunks = false;
+    std::int64_t chunk_rows = 65536;
     std::string application_name = "pgtide";
     const bool* stop_requested = nullptr; ///< checked between pages; stops with StopRequested
 };
@@ -62,6 +74,7 @@ struct SnapshotStats {
     std::int64_t tables_split = 0;   ///< tables copied as several key ranges
     std::int64_t ranges_planned = 0; ///< key ranges of those tables
     std::int64_t ranges_copied = 0;  ///< of those, finished
+    std::int64_t chunks_read = 0;    ///< unordered chunks read (read_chunks)
     int max_ranges_in_flight = 0;    ///< most ranges of one table being copied at the same moment
 };
 
@@ -112,6 +125,14 @@ public:
     static int range_count(std::int64_t estimated_rows, std::int64_t split_rows, int readers);
     static constexpr int kMaxRanges = 256;
 
+    /// The SQL of one unordered chunk: every row of `table` inside `range`, in no order.
+    static std::string chunk_query(const SourceTable& table, const KeyRange& range);
+    /// Whether a range of `table` is read as chunks with read_chunks: its first key column is
+    /// an integer (int2, int4, int8, oid or a domain over one), whose order is the same in any
+    /// database, so that a destination can find a chunk's rows again by its bounds.
+    static bool chunked_key(const schema::Table& table);
+    static constexpr int kMaxChunks = 4096; ///< per range
+
 private:
     /// One reader's unit of work: a whole table, or range `part` (1-based) of a split table.
     struct Work {
@@ -134,7 +155,8 @@ private:
     io::Task<void> plan(io::PgConnection& conn);
     io::Task<std::vector<std::int64_t>> estimate_rows(io::PgConnection& conn);
     io::Task<std::vector<std::string>> cut_points(io::PgConnection& conn, std::size_t index,
-                                                  int ranges, std::int64_t estimated_rows);
+                                                  int pieces, std::int64_t sample_rows,
+                                                  const KeyRange& within = {});
     static io::Task<void> reader(SnapshotCopier* self, io::Channel<ApplyWork>* out,
                                  io::PgConnection conn);
     /// Copies one range into out; false when out was closed (the applier stopped) and the

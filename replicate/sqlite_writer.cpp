@@ -196,6 +196,12 @@ io::Task<void> SqliteWriter::clear_tombstones(std::vector<std::string> targets) 
     co_await writer_.run(std::move(job));
 }
 
+io::Task<std::int64_t> SqliteWriter::discard_unfinished_chunks(schema::Table, CopyKey) {
+    // Nothing to remove: a table keeps its key while it is copied, and the versioned upsert
+    // replaces a row read again (copies into SQLite read keyset pages anyway).
+    co_return 0;
+}
+
 io::Task<bool> SqliteWriter::commit(std::vector<TableProgress> progress, Checkpoint expected,
                                     Checkpoint next) {
     free_written_batches(); // the copy's last batches do not outlive it

@@ -28,7 +28,7 @@ constexpr std::string_view kSourceKeys[] = {
 constexpr std::string_view kDestinationKeys[] = {"url", "deletes"};
 constexpr std::string_view kSnapshotKeys[] = {"parallel_tables", "page_rows",     "batch_rows",
                                               "batch_bytes",     "max_row_bytes", "max_attempts",
-                                              "split_rows"};
+                                              "split_rows",      "chunk_rows"};
 constexpr std::string_view kStreamKeys[] = {"heartbeat_interval", "status_interval",
                                             "large_transactions", "binary",
                                             "spool_dir",          "publication_poll_interval"};
@@ -471,6 +471,7 @@ void read_snapshot(const Section& s, SnapshotConfig& snapshot) {
     if (auto split = s.positive_integer("split_rows", kMax)) {
         snapshot.split_rows = split;
     }
+    assign(snapshot.chunk_rows, s.positive_integer("chunk_rows", kMax));
 }
 
 void read_stream(const Section& s, StreamConfig& stream) {
@@ -699,6 +700,7 @@ void validate(const Config& config) {
     const SnapshotConfig& snapshot = config.snapshot;
     check_positive("snapshot.parallel_tables", snapshot.parallel_tables);
     check_positive("snapshot.page_rows", snapshot.page_rows);
+    check_positive("snapshot.chunk_rows", snapshot.chunk_rows);
     check_positive("snapshot.batch_rows", snapshot.batch_rows);
     check_positive("snapshot.max_attempts", snapshot.max_attempts);
     if (snapshot.split_rows) {

@@ -54,6 +54,9 @@ struct SnapshotConfig {
     /// A table estimated to hold more rows is copied as key ranges by several readers at once.
     /// Unset: split_rows_for() decides by destination.
     std::optional<std::int64_t> split_rows;
+    /// Into PostgreSQL, a table whose first key column is an integer is read as unordered
+    /// chunks of about this many rows instead of keyset pages of page_rows rows.
+    std::int64_t chunk_rows = 65536;
 
     /// split_rows, else 1,000,000 into PostgreSQL and 0 (never split) into SQLite: SQLite has
     /// one writer, which inserts fastest in key order, and one reader per table keeps up with

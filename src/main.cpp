@@ -49,6 +49,7 @@ pgtide::replicate::RunOptions run_options(const pgtide::app::Config& c,
     o.max_row_bytes = c.snapshot.max_row_bytes;
     o.max_attempts = c.snapshot.max_attempts;
     o.split_rows = c.snapshot.split_rows_for(c.destination);
+    o.chunk_rows = c.snapshot.chunk_rows;
     o.status_interval = c.stream.status_interval;
     o.stream_binary = c.stream.binary;
     o.stream_large_transactions =

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,6 +58,15 @@ struct CopyRun {
     bool filled = false;                      ///< the channel reached its capacity while held
     std::vector<std::int64_t> held_rows_read; ///< stats().rows_read after each hold interval
     SnapshotStats stats;
+    /// What a CopyRows said besides its rows, in arrival order.
+    struct Batch {
+        std::size_t table = 0;
+        std::size_t range = 0;
+        std::optional<std::int64_t> min_first_key; ///< of its rows, when the key is an integer
+        std::optional<std::string> chunks_done_below;
+        bool reached = false; ///< it named a key reached
+    };
+    std::vector<Batch> batches;
 };
 
 /// The consumer (the applier's place). With `hold` > 0 it first lets the readers fill the
@@ -88,6 +98,15 @@ io::Task<void> consume(const SnapshotCopier* copier, io::Channel<ApplyWork>* cha
             if (!run->completes.at(rows->table).empty()) {
                 run->rows_after_complete += std::int64_t(rows->rows.size());
             }
+            CopyRun::Batch batch{rows->table, rows->range, std::nullopt, rows->chunks_done_below,
+                                 !rows->reached.empty()};
+            const auto& t = run->tables.at(rows->table).table;
+            for (const auto& row : rows->rows) {
+                if (const auto* k = std::get_if<std::int64_t>(&row.at(t.key_columns.at(0)))) {
+                    batch.min_first_key = std::min(batch.min_first_key.value_or(*k), *k);
+                }
+            }
+            run->batches.push_back(std::move(batch));
             for (const auto& row : rows->rows) {
                 testing::Row text;
                 for (const auto& v : row) {
@@ -227,6 +246,76 @@ TEST_F(SnapshotCopierPg, LargeIntegerKeyedTableIsCopiedAsRangesAtOnceUnderOneSna
     EXPECT_EQ(run.stats.ranges_copied, run.stats.ranges_planned);
     EXPECT_GE(run.stats.max_ranges_in_flight, 2) << "ranges of big were not copied at once";
     EXPECT_EQ(run.stats.rows_read, 200100);
+}
+
+// Into PostgreSQL (read_chunks), a range whose first key column is an integer is read as
+// unordered chunks: every row still arrives exactly once, and each batch that moves the range's
+// lower bound to a chunk's start (chunks_done_below) comes after every row of the range below
+// it, which is what lets a copy cut short go on from there. Keys are sparse and negative, and
+// updated rows sit away from their neighbours in the heap, so the reads are not in key order;
+// a composite key whose first column has few values cuts into few chunks; a text key keeps
+// keyset pages.
+//
+// Broken on purpose once, then reverted: copy_range moving the bound one chunk too far
+// (`cuts[chunk + 1]`): "table 0 range 0: a row below -174947 arrived after it".
+TEST_F(SnapshotCopierPg, IntegerKeysAreReadAsUnorderedChunksEachRowOnce) {
+    exec("CREATE TABLE ints (id bigint PRIMARY KEY, v text)");
+    exec("INSERT INTO ints SELECT g * 3 - 200000, md5(g::text) FROM generate_series(1, 150000) g");
+    exec("UPDATE ints SET v = v || 'moved' WHERE id % 7 = 0");
+    exec("CREATE TABLE pairs (a int, b text, n int, PRIMARY KEY (a, b))");
+    exec("INSERT INTO pairs SELECT g % 5, 'b' || g, g FROM generate_series(1, 30000) g");
+    exec("CREATE TABLE words (w text PRIMARY KEY, n int)");
+    exec("INSERT INTO words SELECT md5(g::text), g FROM generate_series(1, 30000) g");
+    exec("ANALYZE ints, pairs, words");
+    exec("CREATE PUBLICATION pub FOR TABLE ints, pairs, words");
+    const Rows ints = query("SELECT id::text, v FROM ints");
+    const Rows pairs = query("SELECT a::text, b, n::text FROM pairs");
+    const Rows words = query("SELECT w, n::text FROM words");
+
+    SnapshotOptions options;
+    options.parallel_tables = 3;
+    options.split_rows = 40000;
+    options.page_rows = 1000;
+    options.batch_rows = 300;
+    options.read_chunks = true;
+    options.chunk_rows = 5000;
+    const CopyRun run = copy(options, 6,
+                             "DELETE FROM ints WHERE id % 11 = 0; INSERT INTO ints VALUES "
+                             "(-1, 'late'), (900000, 'late')");
+
+    expect_copied(run, "ints", ints);
+    expect_copied(run, "pairs", pairs);
+    expect_copied(run, "words", words);
+    EXPECT_EQ(run.rows_after_complete, 0);
+    EXPECT_GE(run.stats.max_ranges_in_flight, 2);
+    // ints: 150,000 rows in ranges of about 40,000, chunks of about 5,000.
+    EXPECT_GE(run.stats.chunks_read, 20);
+    const std::size_t ints_at = index_of(run, "ints");
+    const std::size_t words_at = index_of(run, "words");
+    std::map<std::pair<std::size_t, std::size_t>, std::int64_t> below; // by table and range
+    std::int64_t markers = 0;
+    for (const auto& b : run.batches) {
+        if (b.table == words_at) {
+            EXPECT_FALSE(b.chunks_done_below.has_value()) << "a text key was read as chunks";
+            continue;
+        }
+        EXPECT_FALSE(b.reached) << "a chunk's batch named a key reached";
+        const auto at = std::make_pair(b.table, b.range);
+        if (b.min_first_key && below.contains(at)) {
+            EXPECT_GE(*b.min_first_key, below[at])
+                << "table " << b.table << " range " << b.range << ": a row below " << below[at]
+                << " arrived after it";
+        }
+        if (b.chunks_done_below) {
+            const std::int64_t next = std::stoll(*b.chunks_done_below);
+            if (below.contains(at)) {
+                EXPECT_GT(next, below[at]) << "the lower bound went down";
+            }
+            below[at] = next;
+            markers += b.table == ints_at;
+        }
+    }
+    EXPECT_GE(markers, 10) << "ints was not read in chunks";
 }
 
 TEST_F(SnapshotCopierPg, TextCollatedAndCompositeKeysAreCutOnTheirFirstColumn) {
