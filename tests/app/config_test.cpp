@@ -73,6 +73,7 @@ TEST(Config, Defaults) {
     EXPECT_FALSE(c.snapshot.split_rows);
     EXPECT_EQ(c.snapshot.split_rows_for(DestinationConfig{.url = "sqlite:r.db"}), 0);
     EXPECT_EQ(c.snapshot.split_rows_for(DestinationConfig{.url = "postgresql://h/d"}), 1000000);
+    EXPECT_EQ(c.snapshot.chunk_rows, 65536);
     EXPECT_EQ(c.stream.heartbeat_interval, 10s);
     EXPECT_EQ(c.stream.status_interval, 10s);
     EXPECT_EQ(c.stream.large_transactions, StreamConfig::LargeTransactions::Stream);
@@ -112,6 +113,7 @@ batch_bytes = "8MiB"
 max_row_bytes = 1048576
 max_attempts = 5
 split_rows = 250000
+chunk_rows = 10000
 
 [stream]
 heartbeat_interval = "30s"
@@ -158,7 +160,8 @@ name = "customers"
                                        .batch_bytes = 8 * kMiB,
                                        .max_row_bytes = 1048576,
                                        .max_attempts = 5,
-                                       .split_rows = 250000};
+                                       .split_rows = 250000,
+                                       .chunk_rows = 10000};
     expected.stream = StreamConfig{.heartbeat_interval = 30s,
                                    .status_interval = 90s,
                                    .publication_poll_interval = 2s,
@@ -233,7 +236,7 @@ TEST(ConfigError, UnknownKeyListsTheAllowedKeys) {
     EXPECT_EQ(parse_error("[snapshot]\nbatch_size = 1\n"),
               R"(unknown key "snapshot.batch_size" at pgtide.toml:2; allowed in [snapshot]: )"
               "parallel_tables, page_rows, batch_rows, batch_bytes, max_row_bytes, max_attempts, "
-              "split_rows");
+              "split_rows, chunk_rows");
 }
 
 TEST(ConfigError, UnknownKeyInsideTables) {
