@@ -591,8 +591,8 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
             cuts = co_await cut_points(conn, index, chunks,
                                        sample_rows(std::int64_t(chunks) * copy.ranges), work.range);
         }
-        // Bitmap or sequential scans: a chunk needs no order, and an index scan over it costs
-        // the source as much as keyset pages do.
+        // Bitmap or sequential scans: a chunk needs no order, and index scans cost the source's
+        // backend more CPU per row (bench/RESULTS.md, 2026-12-06).
         co_await conn.exec("SET enable_indexscan = off");
     }
     for (;;) {
