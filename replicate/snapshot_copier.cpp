@@ -591,9 +591,6 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
             cuts = co_await cut_points(conn, index, chunks,
                                        sample_rows(std::int64_t(chunks) * copy.ranges), work.range);
         }
-        // Bitmap or sequential scans: a chunk needs no order, and index scans cost the source's
-        // backend more CPU per row (bench/RESULTS.md, 2026-12-06).
-        co_await conn.exec("SET enable_indexscan = off");
     }
     for (;;) {
         check_stop();
@@ -740,9 +737,6 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
         }
         print_integer_keys(t, last_raw, last_key);
         after = key_literals(conn, st, last_key);
-    }
-    if (chunked) {
-        co_await conn.exec("RESET enable_indexscan");
     }
     // The range's last batch, even without rows: it tells the applier the range is done.
     total += batch.size();

@@ -24,9 +24,10 @@
 // page of page_rows rows; the next page continues after the last key read, with literals built from
 // server-produced values. With read_chunks, a range whose first key column is an integer is
 // read instead as chunks of about chunk_rows rows, each one unordered COPY of a half-open
-// interval of that column (cut at percentiles of a sample of the range, as ranges are), planned
-// without index scans: a keyset page costs the source about three times the CPU of a plain
-// read (bench/RESULTS.md, 2026-12-06). A chunk has no resume point inside it: its batches
+// interval of that column (cut at percentiles of a sample of the range, as ranges are), with no
+// ORDER BY or LIMIT, so the planner picks the scan (an index scan where the heap is in key
+// order, a bitmap scan where it is not): a keyset page cost the source's backend more CPU
+// (bench/RESULTS.md, 2026-12-06 and -07). A chunk has no resume point inside it: its batches
 // carry no key reached, and the one after a chunk's end moves the range's lower bound to the
 // next chunk's start (CopyRows::chunks_done_below). A copy that goes on from there reads again
 // the rows of a chunk it was cut short in, which the destination discards first
