@@ -267,7 +267,7 @@ io::Task<void> Applier::apply(ApplyWork work) {
         note_progress(std::move(progress));
         log_progress(now);
         // Never inside a source transaction of the stream beside (a copy beside the stream).
-        if (rows_in_transaction_ >= options_.batch_rows * 5 && !source_open_) {
+        if (rows_in_transaction_ >= options_.copy_commit_rows && !source_open_) {
             co_await commit(complete_lsn_);
         }
         co_return;

@@ -37,6 +37,7 @@ struct Metrics;
 
 struct ApplierOptions {
     std::int64_t batch_rows = 10000;
+    std::int64_t copy_commit_rows = 50000; ///< rows of a copy per destination transaction
     std::chrono::milliseconds flush_interval{100};
     std::chrono::milliseconds lease{30000};
     std::chrono::milliseconds lease_renewal{10000};

@@ -804,9 +804,9 @@ io::Task<RunSummary> Coordinator::run_phases() {
         dest = co_await SqliteWriter::open(options_.sqlite_path);
     } else {
         // A table copied through a connection of its own commits as often as the applier
-        // commits a copy (Applier::apply: five stream batches' worth of rows).
+        // commits a copy (ApplierOptions::copy_commit_rows).
         dest = co_await PostgresDestination::open(options_.postgres_url, application_name,
-                                                  options_.apply_batch_rows * 5);
+                                                  options_.copy_commit_rows);
     }
 
     // The source: catalog connection, target LSN for --once, published tables.
@@ -908,6 +908,7 @@ io::Task<RunSummary> Coordinator::run_phases() {
 
     ApplierOptions applier_options;
     applier_options.batch_rows = options_.apply_batch_rows;
+    applier_options.copy_commit_rows = options_.copy_commit_rows;
     applier_options.flush_interval = options_.flush_interval;
     applier_options.idle_checkpoint_interval = options_.status_interval;
     applier_options.metrics = &metrics_;

@@ -47,6 +47,7 @@ struct RunOptions {
     int max_attempts = 3;
     std::int64_t split_rows = 1000000; ///< a table estimated larger is copied as key ranges
     std::int64_t chunk_rows = 65536;   ///< rows per unordered chunk (PostgreSQL destinations)
+    std::int64_t copy_commit_rows = 50000; ///< rows of a copy per destination commit
     // [stream], [apply]
     std::chrono::milliseconds status_interval{10000};
     bool stream_binary = false;

@@ -28,7 +28,7 @@ constexpr std::string_view kSourceKeys[] = {
 constexpr std::string_view kDestinationKeys[] = {"url", "deletes"};
 constexpr std::string_view kSnapshotKeys[] = {"parallel_tables", "page_rows",     "batch_rows",
                                               "batch_bytes",     "max_row_bytes", "max_attempts",
-                                              "split_rows",      "chunk_rows"};
+                                              "split_rows",      "chunk_rows",    "commit_rows"};
 constexpr std::string_view kStreamKeys[] = {"heartbeat_interval", "status_interval",
                                             "large_transactions", "binary",
                                             "spool_dir",          "publication_poll_interval"};
@@ -472,6 +472,9 @@ void read_snapshot(const Section& s, SnapshotConfig& snapshot) {
         snapshot.split_rows = split;
     }
     assign(snapshot.chunk_rows, s.positive_integer("chunk_rows", kMax));
+    if (auto commit = s.positive_integer("commit_rows", kMax)) {
+        snapshot.commit_rows = commit;
+    }
 }
 
 void read_stream(const Section& s, StreamConfig& stream) {
@@ -618,6 +621,14 @@ std::int64_t SnapshotConfig::split_rows_for(const DestinationConfig& destination
     return destination.is_sqlite() ? 0 : 1000000;
 }
 
+std::int64_t SnapshotConfig::commit_rows_for(const DestinationConfig& destination,
+                                             const ApplyConfig& apply) const {
+    if (commit_rows) {
+        return *commit_rows;
+    }
+    return destination.is_sqlite() ? 5 * apply.batch_rows : 1000000;
+}
+
 Config load_config_file(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) {
@@ -705,6 +716,9 @@ void validate(const Config& config) {
     check_positive("snapshot.max_attempts", snapshot.max_attempts);
     if (snapshot.split_rows) {
         check_positive("snapshot.split_rows", *snapshot.split_rows);
+    }
+    if (snapshot.commit_rows) {
+        check_positive("snapshot.commit_rows", *snapshot.commit_rows);
     }
     if (snapshot.batch_bytes == 0) {
         throw ConfigError("snapshot.batch_bytes must be a positive size (found 0)");

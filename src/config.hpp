@@ -44,6 +44,8 @@ struct DestinationConfig {
     bool operator==(const DestinationConfig&) const = default;
 };
 
+struct ApplyConfig;
+
 struct SnapshotConfig {
     int parallel_tables = 4;
     std::int64_t page_rows = 2048;
@@ -57,11 +59,21 @@ struct SnapshotConfig {
     /// Into PostgreSQL, a table whose first key column is an integer is read as unordered
     /// chunks of about this many rows instead of keyset pages of page_rows rows.
     std::int64_t chunk_rows = 65536;
+    /// Rows of a copy per destination transaction. Unset: commit_rows_for() decides.
+    std::optional<std::int64_t> commit_rows;
 
     /// split_rows, else 1,000,000 into PostgreSQL and 0 (never split) into SQLite: SQLite has
     /// one writer, which inserts fastest in key order, and one reader per table keeps up with
     /// it; ranges copied at once would only interleave its inserts across the table's B-tree.
     std::int64_t split_rows_for(const DestinationConfig& destination) const;
+
+    /// commit_rows, else 1,000,000 into PostgreSQL and 5 × apply.batch_rows into SQLite. Into
+    /// PostgreSQL, each commit of a copy stalls its table's COPY for a round of statements and
+    /// a WAL flush: at every 50,000 rows that cost about a tenth of the bootstrap's wall time
+    /// (bench/RESULTS.md, 2026-12-07); a copy cut short reads again at most this many rows per
+    /// table.
+    std::int64_t commit_rows_for(const DestinationConfig& destination,
+                                 const ApplyConfig& apply) const;
 
     bool operator==(const SnapshotConfig&) const = default;
 };

@@ -50,6 +50,7 @@ pgtide::replicate::RunOptions run_options(const pgtide::app::Config& c,
     o.max_attempts = c.snapshot.max_attempts;
     o.split_rows = c.snapshot.split_rows_for(c.destination);
     o.chunk_rows = c.snapshot.chunk_rows;
+    o.copy_commit_rows = c.snapshot.commit_rows_for(c.destination, c.apply);
     o.status_interval = c.stream.status_interval;
     o.stream_binary = c.stream.binary;
     o.stream_large_transactions =

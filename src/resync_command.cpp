@@ -24,7 +24,8 @@ io::Task<std::unique_ptr<replicate::Destination>> open_destination(Config config
     if (config.destination.is_postgresql()) {
         // resync copies nothing: it marks tables for the running process to copy.
         co_return co_await replicate::PostgresDestination::open(
-            config.destination.url, "pgtide resync", config.apply.batch_rows * 5);
+            config.destination.url, "pgtide resync",
+            config.snapshot.commit_rows_for(config.destination, config.apply));
     }
     co_return co_await replicate::SqliteWriter::open(config.destination.sqlite_path());
 }

@@ -74,6 +74,10 @@ TEST(Config, Defaults) {
     EXPECT_EQ(c.snapshot.split_rows_for(DestinationConfig{.url = "sqlite:r.db"}), 0);
     EXPECT_EQ(c.snapshot.split_rows_for(DestinationConfig{.url = "postgresql://h/d"}), 1000000);
     EXPECT_EQ(c.snapshot.chunk_rows, 65536);
+    EXPECT_FALSE(c.snapshot.commit_rows);
+    EXPECT_EQ(c.snapshot.commit_rows_for(DestinationConfig{.url = "sqlite:r.db"}, c.apply), 50000);
+    EXPECT_EQ(c.snapshot.commit_rows_for(DestinationConfig{.url = "postgresql://h/d"}, c.apply),
+              1000000);
     EXPECT_EQ(c.stream.heartbeat_interval, 10s);
     EXPECT_EQ(c.stream.status_interval, 10s);
     EXPECT_EQ(c.stream.large_transactions, StreamConfig::LargeTransactions::Stream);
@@ -114,6 +118,7 @@ max_row_bytes = 1048576
 max_attempts = 5
 split_rows = 250000
 chunk_rows = 10000
+commit_rows = 20000
 
 [stream]
 heartbeat_interval = "30s"
@@ -161,7 +166,8 @@ name = "customers"
                                        .max_row_bytes = 1048576,
                                        .max_attempts = 5,
                                        .split_rows = 250000,
-                                       .chunk_rows = 10000};
+                                       .chunk_rows = 10000,
+                                       .commit_rows = 20000};
     expected.stream = StreamConfig{.heartbeat_interval = 30s,
                                    .status_interval = 90s,
                                    .publication_poll_interval = 2s,
@@ -236,7 +242,7 @@ TEST(ConfigError, UnknownKeyListsTheAllowedKeys) {
     EXPECT_EQ(parse_error("[snapshot]\nbatch_size = 1\n"),
               R"(unknown key "snapshot.batch_size" at pgtide.toml:2; allowed in [snapshot]: )"
               "parallel_tables, page_rows, batch_rows, batch_bytes, max_row_bytes, max_attempts, "
-              "split_rows, chunk_rows");
+              "split_rows, chunk_rows, commit_rows");
 }
 
 TEST(ConfigError, UnknownKeyInsideTables) {

@@ -571,6 +571,7 @@ TEST_F(Commands, ConfigurationErrorsNameTheFileLineAndKey) {
         {"[source]\ndsn = \"${PGTIDE_TEST_UNSET_VARIABLE}\"\n", "PGTIDE_TEST_UNSET_VARIABLE"},
         {"[snapshot]\npage_rows = 0\n", "snapshot.page_rows"},
         {"[snapshot]\nchunk_rows = 0\n", "snapshot.chunk_rows"},
+        {"[snapshot]\ncommit_rows = 0\n", "snapshot.commit_rows"},
     };
     for (std::size_t i = 0; i < cases.size(); ++i) {
         const std::string path = (dir_ / ("bad" + std::to_string(i) + ".toml")).string();

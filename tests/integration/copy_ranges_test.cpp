@@ -872,7 +872,8 @@ TEST_P(CopyRanges, CopyCutShortGoesOnFromItsKey) {
     // of the chunks in flight, which the next run removes (no key holds them off while copying)
     // and reads again.
     const std::string snapshot =
-        "split_rows = 30000\nparallel_tables = 2\nbatch_rows = 500\nchunk_rows = 1000\n";
+        "split_rows = 30000\nparallel_tables = 2\nbatch_rows = 500\nchunk_rows = 1000\n"
+        "commit_rows = 10000\n";
     long removed = 0; ///< rows of chunks cut short, removed by the runs that went on
     const auto removed_in = [&](const std::string& log) -> long {
         const std::size_t at = log.find("removed the rows of the chunks");

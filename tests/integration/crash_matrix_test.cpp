@@ -729,6 +729,7 @@ protected:
         f << "[source]\ndsn = \"" << dsn() << "\"\npublications = [\"pub\"]\nslot = \"" << slot()
           << "\"\n[destination]\nurl = \"" << (postgres() ? dest_url() : "sqlite:" + sqlite_path_)
           << "\"\n[snapshot]\nparallel_tables = 2\npage_rows = 1000\nbatch_rows = 200\n"
+          << "commit_rows = 50000\n"
           << "[stream]\nstatus_interval = \"100ms\"\nheartbeat_interval = \"1s\"\n"
           << "[apply]\nflush_interval = \"50ms\"\n";
     }

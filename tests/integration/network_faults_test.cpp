@@ -442,7 +442,7 @@ TEST_F(NetworkFaults, CutDuringTheSnapshotFinishesOnANewEpoch) {
     exec("CREATE PUBLICATION pub FOR TABLE big");
     const std::string cfg =
         config("", "[snapshot]\npage_rows = 50\nbatch_rows = 50\nparallel_tables = 4\n"
-                   "[apply]\nbatch_rows = 20\n");
+                   "commit_rows = 100\n[apply]\nbatch_rows = 20\n");
     PgtideProcess pgtide({"run", "--once", "--json", "-c", cfg});
     const std::string copied = "SELECT rows_copied FROM _pgtide_tables WHERE epoch = 1";
     ASSERT_TRUE(wait_for([&] {

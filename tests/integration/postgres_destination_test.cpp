@@ -269,7 +269,8 @@ TEST_F(PostgresDestination, CopyAddsThePrimaryKeyOnceWholeAlsoAfterAKill) {
          "CREATE PUBLICATION pub FOR TABLE big");
     // Small pages and batches: the copy commits every 1,000 rows and lasts long enough to be
     // seen and killed inside.
-    const std::string config = write_config("[snapshot]\npage_rows = 1000\nbatch_rows = 200\n");
+    const std::string config =
+        write_config("[snapshot]\npage_rows = 1000\nbatch_rows = 200\ncommit_rows = 1000\n");
     const std::vector<std::string> args{"run", "-c", config};
     const std::string key_sql = "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON "
                                 "a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) WHERE "
@@ -344,11 +345,11 @@ TEST_F(PostgresDestination, TablesCopiedAtOnceCommitRowsWithTheirProgressAndAreF
          std::to_string(kRows) +
          ") g;"
          "CREATE PUBLICATION pub FOR TABLE big_a, big_b");
-    // Small pages and batches: each table's connection commits every 1,000 rows (five apply
-    // batches) and the copy lasts long enough to be sampled and taken over inside.
+    // Small pages and batches: each table's connection commits every 1,000 rows (commit_rows)
+    // and the copy lasts long enough to be sampled and taken over inside.
     const std::string config =
         write_config("[snapshot]\npage_rows = 500\nbatch_rows = 100\nparallel_tables = 2\n"
-                     "[apply]\nbatch_rows = 200\n");
+                     "commit_rows = 1000\n[apply]\nbatch_rows = 200\n");
     PgtideProcess p({"run", "-c", config});
     // In one statement, hence one snapshot: each table's rows, and the rows its progress counts.
     const std::string sample_sql =
@@ -437,7 +438,7 @@ TEST_F(PostgresDestination, AKeyBuildDoesNotHoldUpTheOtherTablesCopies) {
     // is seen mid-copy.
     const std::string config =
         write_config("[snapshot]\npage_rows = 500\nbatch_rows = 100\nparallel_tables = 2\n"
-                     "[apply]\nbatch_rows = 200\n");
+                     "commit_rows = 1000\n[apply]\nbatch_rows = 200\n");
     const auto has_key = [&](const std::string& table) {
         return pg().query_value(dest_db_, "SELECT count(*) FROM pg_index WHERE indrelid = '" +
                                               table + "'::regclass AND indisprimary") == "1";
