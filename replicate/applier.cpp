@@ -267,7 +267,10 @@ io::Task<void> Applier::apply(ApplyWork work) {
         note_progress(std::move(progress));
         log_progress(now);
         // Never inside a source transaction of the stream beside (a copy beside the stream).
-        if (rows_in_transaction_ >= options_.copy_commit_rows && !source_open_) {
+        // At least every lease_renewal too: a copy's commits renew the lease.
+        if ((rows_in_transaction_ >= options_.copy_commit_rows ||
+             now - transaction_started_ >= options_.lease_renewal) &&
+            !source_open_) {
             co_await commit(complete_lsn_);
         }
         co_return;

@@ -811,7 +811,8 @@ TEST_P(CopyRanges, BootstrapKilledAtFivePointsResumesWithoutCopyingFinishedTable
         if (before.size() == 8) {
             break;
         }
-        PgtideProcess p(args(true));
+        // A commit every 50,000 rows: tables are seen whole one by one.
+        PgtideProcess p(args(true, "commit_rows = 50000\n"));
         ASSERT_TRUE(wait_for([&] {
             try {
                 return finished().size() > before.size() || !p.running();
