@@ -489,7 +489,7 @@ io::Task<std::vector<std::int64_t>> SnapshotCopier::estimate_rows(io::PgConnecti
 io::Task<std::vector<std::string>> SnapshotCopier::cut_points(io::PgConnection& conn,
                                                               std::size_t index, int pieces,
                                                               std::int64_t sample,
-                                                              const KeyRange& within) {
+                                                              KeyRange within) {
     const SourceTable& st = tables_[index];
     const schema::Table& t = st.table;
     std::string fractions;

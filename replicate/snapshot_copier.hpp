@@ -157,7 +157,7 @@ private:
     io::Task<std::vector<std::int64_t>> estimate_rows(io::PgConnection& conn);
     io::Task<std::vector<std::string>> cut_points(io::PgConnection& conn, std::size_t index,
                                                   int pieces, std::int64_t sample_rows,
-                                                  const KeyRange& within = {});
+                                                  KeyRange within = {});
     static io::Task<void> reader(SnapshotCopier* self, io::Channel<ApplyWork>* out,
                                  io::PgConnection conn);
     /// Copies one range into out; false when out was closed (the applier stopped) and the
