@@ -583,9 +583,9 @@ io::Task<bool> SnapshotCopier::copy_range(io::PgConnection& conn, Work work,
     const std::string& first_type = st.columns.at(t.key_columns.at(0)).type_sql;
     if (chunked) {
         const std::int64_t range_rows = copy.estimated_rows / std::max(1, copy.ranges);
+        const std::int64_t per_chunk = std::max<std::int64_t>(1, options_.chunk_rows);
         const auto chunks = int(std::clamp<std::int64_t>(
-            (range_rows + options_.chunk_rows - 1) / std::max<std::int64_t>(1, options_.chunk_rows),
-            1, kMaxChunks));
+            range_rows / per_chunk + (range_rows % per_chunk != 0), 1, kMaxChunks));
         if (chunks > 1) {
             check_stop();
             cuts = co_await cut_points(conn, index, chunks,
