@@ -520,12 +520,13 @@ Applier::prepare_table_copies(std::vector<std::shared_ptr<const schema::Table>> 
                 schema::Table table = *t;
                 CopyKey progress = std::move(*key);
                 discarded = co_await destination_.discard_unfinished_chunks(std::move(table),
-                                                                           std::move(progress));
+                                                                            std::move(progress));
             }
             if (discarded > 0) {
-                io::log_info("removed the rows of the chunks its copy was cut short in, which it "
-                             "reads again",
-                             {{"table", t->qualified()}, {"rows_removed", std::to_string(discarded)}});
+                io::log_info(
+                    "removed the rows of the chunks its copy was cut short in, which it "
+                    "reads again",
+                    {{"table", t->qualified()}, {"rows_removed", std::to_string(discarded)}});
             }
             TableProgress kept = *going_on;
             kept.rows_copied -= discarded;

@@ -51,7 +51,7 @@ struct CopyRows {
     /// first-key value (its text output) is in this batch or an earlier one, so the range's
     /// progress goes on from here (RangeProgress::lower; `after` stays empty).
     std::optional<std::string> chunks_done_below = {};
-    CopyTuples tuples = {};  ///< the rows instead of `rows` when the table is copy_binary
+    CopyTuples tuples = {}; ///< the rows instead of `rows` when the table is copy_binary
 
     std::int64_t size() const { return std::int64_t(rows.size() + tuples.version_at.size()); }
 };

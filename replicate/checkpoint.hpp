@@ -76,7 +76,7 @@ struct RangeProgress {
     std::optional<std::string> upper; ///< absent: open
     /// One value per key column; empty: no row copied yet, or the range is read as chunks.
     std::vector<std::string> after;
-    bool done = false;                ///< every row of the range is copied
+    bool done = false; ///< every row of the range is copied
     friend bool operator==(const RangeProgress&, const RangeProgress&) = default;
 };
 

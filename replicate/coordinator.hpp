@@ -45,8 +45,8 @@ struct RunOptions {
     std::uint64_t batch_bytes = 4u << 20;
     std::uint64_t max_row_bytes = 64u << 20;
     int max_attempts = 3;
-    std::int64_t split_rows = 1000000; ///< a table estimated larger is copied as key ranges
-    std::int64_t chunk_rows = 65536;   ///< rows per unordered chunk (PostgreSQL destinations)
+    std::int64_t split_rows = 1000000;     ///< a table estimated larger is copied as key ranges
+    std::int64_t chunk_rows = 65536;       ///< rows per unordered chunk (PostgreSQL destinations)
     std::int64_t copy_commit_rows = 50000; ///< rows of a copy per destination commit
     // [stream], [apply]
     std::chrono::milliseconds status_interval{10000};

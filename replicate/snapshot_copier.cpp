@@ -500,8 +500,7 @@ io::Task<std::vector<std::string>> SnapshotCopier::cut_points(io::PgConnection& 
     std::string from = table_sql(t) + " AS src";
     if (sample < estimated_rows) {
         from += " TABLESAMPLE SYSTEM (" +
-                float_sql(100.0 * double(sample) / double(estimated_rows)) +
-                ") REPEATABLE (0)";
+                float_sql(100.0 * double(sample) / double(estimated_rows)) + ") REPEATABLE (0)";
     }
     if (const std::string where = range_condition(st, within); !where.empty()) {
         from += " WHERE " + where;

@@ -31,8 +31,8 @@
 // carry no key reached, and the one after a chunk's end moves the range's lower bound to the
 // next chunk's start (CopyRows::chunks_done_below). A copy that goes on from there reads again
 // the rows of a chunk it was cut short in, which the destination discards first
-// (Destination::discard_unfinished_chunks). Rows go to the applier in batches bounded by batch_rows and
-// batch_bytes through a bounded channel: a slow destination stalls the readers, never grows
+// (Destination::discard_unfinished_chunks). Rows go to the applier in batches bounded by batch_rows
+// and batch_bytes through a bounded channel: a slow destination stalls the readers, never grows
 // memory (at most channel capacity + one batch per reader are decoded and not yet applied).
 // The applier sees CopyRows of a table from any of its ranges, and one CopyComplete with the
 // table's total, sent by whichever range finishes last, after every batch of every range.
