@@ -801,12 +801,12 @@ io::Task<RunSummary> Coordinator::run_phases() {
     const std::string application_name = "pgtide/" + owner;
     std::unique_ptr<Destination> dest;
     if (options_.postgres_url.empty()) {
-        dest = co_await SqliteWriter::open(options_.sqlite_path);
+        dest = co_await SqliteWriter::open(options_.sqlite_path, options_.deletes);
     } else {
         // A table copied through a connection of its own commits as often as the applier
         // commits a copy (ApplierOptions::copy_commit_rows).
         dest = co_await PostgresDestination::open(options_.postgres_url, application_name,
-                                                  options_.copy_commit_rows);
+                                                  options_.copy_commit_rows, options_.deletes);
     }
 
     // The source: catalog connection, target LSN for --once, published tables.

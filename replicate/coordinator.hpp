@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "io/task.hpp"
+#include "replicate/destination.hpp"
 #include "replicate/metrics.hpp"
 #include "replicate/source_catalog.hpp"
 #include "schema/lsn.hpp"
@@ -38,6 +39,7 @@ struct RunOptions {
     std::optional<std::chrono::milliseconds> reconnect_deadline;
     std::string sqlite_path;  ///< the destination when postgres_url is empty
     std::string postgres_url; ///< a PostgreSQL destination (postgresql://…)
+    Deletes deletes = Deletes::Hard; ///< destination.deletes
     // [snapshot]
     int parallel_tables = 4;
     std::int64_t page_rows = 2048;

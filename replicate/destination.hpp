@@ -24,6 +24,16 @@
 
 namespace pgtide::replicate {
 
+/// What a stream delete does to the destination's row (config `destination.deletes`).
+///
+/// Soft: every target table has `_pgtide_deleted` (0 or 1). A delete, a truncate, or the old key
+/// of a key change marks the row deleted at its version instead of removing it; an insert or
+/// update at a version at or above the row's makes it live again. A table copied anew keeps its
+/// rows marked deleted: those the copy finds again are replaced by the copied row, the others
+/// stay. The versioned rules of DESIGN §5 are otherwise the same, a row marked deleted at v
+/// ranking as a row at v.
+enum class Deletes { Hard, Soft };
+
 /// What kind of failure a DestinationError reports, for the caller's retry and exit decisions.
 enum class DestinationErrorKind {
     Other,

@@ -26,6 +26,9 @@ constexpr const char* kCheckpointTable = R"("public"."_pgtide_checkpoint")";
 constexpr const char* kTablesTable = R"("public"."_pgtide_tables")";
 constexpr const char* kTombstonesTable = R"("public"."_pgtide_tombstones")";
 constexpr const char* kLsnColumn = R"("_pgtide_lsn")";
+constexpr const char* kDeletedColumn = R"("_pgtide_deleted")";
+/// The column of a table written with soft deletes (Deletes::Soft).
+constexpr const char* kDeletedColumnDdl = R"("_pgtide_deleted" smallint NOT NULL DEFAULT 0)";
 /// COPY data is sent in pieces of about this size.
 constexpr std::size_t kCopyChunk = 1u << 20;
 
@@ -433,10 +436,10 @@ std::string PostgresDestination::target_sql(const schema::Table& table) {
 
 PostgresDestination::PostgresDestination(io::PgConnection conn, std::string target, std::string url,
                                          std::string application_name,
-                                         std::int64_t copy_commit_rows)
+                                         std::int64_t copy_commit_rows, Deletes deletes)
     : conn_(std::move(conn)), target_(std::move(target)), url_(std::move(url)),
       application_name_(std::move(application_name)), copy_commit_rows_(copy_commit_rows),
-      merge_upserts_(conn_.server_version() >= 150000) {}
+      deletes_(deletes), merge_upserts_(conn_.server_version() >= 150000) {}
 
 void PostgresDestination::use_on_conflict_upserts() {
     if (!merges_.empty()) {
@@ -447,7 +450,7 @@ void PostgresDestination::use_on_conflict_upserts() {
 
 io::Task<std::unique_ptr<PostgresDestination>>
 PostgresDestination::open(std::string url, std::string application_name,
-                          std::int64_t copy_commit_rows) {
+                          std::int64_t copy_commit_rows, Deletes deletes) {
     std::optional<io::PgConnection> conn;
     try {
         conn = co_await io::PgConnection::connect(url, sql_connection_params(application_name));
@@ -458,7 +461,8 @@ PostgresDestination::open(std::string url, std::string application_name,
     }
     const std::string target = conn->target();
     std::unique_ptr<PostgresDestination> dest(
-        new PostgresDestination(std::move(*conn), target, url, application_name, copy_commit_rows));
+        new PostgresDestination(std::move(*conn), target, url, application_name, copy_commit_rows,
+                                deletes));
     co_await dest->run(kCreateMetadata, "creating the metadata tables (_pgtide_checkpoint, "
                                         "_pgtide_tables, _pgtide_tombstones in schema public)");
     co_return dest;
@@ -795,6 +799,13 @@ io::Task<void> PostgresDestination::ensure_table(const schema::Table& table, Ret
     const TargetName name = target_name(table);
     const std::string target = target_sql(table);
     const std::string what = "preparing table " + target + " for " + table.qualified();
+    for (const auto& c : table.columns) {
+        if (c.name == "_pgtide_lsn" || c.name == "_pgtide_deleted") {
+            throw DestinationError(DestinationErrorKind::Schema, 0,
+                                   describe() + ": column \"" + c.name + "\" of " +
+                                       table.qualified() + " collides with a column pgtide reserves");
+        }
+    }
     io::PgResult ns = co_await run_params("SELECT 1 FROM pg_namespace WHERE nspname = $1",
                                           params(name.schema), what);
     if (ns.rows() == 0) {
@@ -819,8 +830,11 @@ io::Task<void> PostgresDestination::ensure_table(const schema::Table& table, Ret
         for (auto k : table.key_columns) {
             keys.push_back(table.columns[k].name);
         }
-        ddl +=
-            std::string(kLsnColumn) + " bigint NOT NULL, PRIMARY KEY (" + join_quoted(keys) + "))";
+        ddl += std::string(kLsnColumn) + " bigint NOT NULL, ";
+        if (deletes_ == Deletes::Soft) {
+            ddl += std::string(kDeletedColumnDdl) + ", ";
+        }
+        ddl += "PRIMARY KEY (" + join_quoted(keys) + "))";
         co_await run(std::move(ddl),
                      "creating table " + target +
                          " (a type the source's columns use may be missing in the destination: "
@@ -852,6 +866,20 @@ io::Task<void> PostgresDestination::ensure_table(const schema::Table& table, Ret
                                    " exists but has no _pgtide_lsn column: it was not created by "
                                    "pgtide; drop it or map " +
                                    table.qualified() + " to another target");
+    }
+    if (types.count("_pgtide_deleted") && deletes_ == Deletes::Hard) {
+        // Its rows marked deleted would come back as live rows, and deleted ones would go.
+        throw DestinationError(DestinationErrorKind::Schema, 0,
+                               describe() + ": table " + target +
+                                   " has a _pgtide_deleted column: it keeps rows deleted on the "
+                                   "source (destination.deletes = \"soft\"); set deletes = "
+                                   "\"soft\" again, or drop the table to start it anew with "
+                                   "hard deletes");
+    }
+    if (!types.count("_pgtide_deleted") && deletes_ == Deletes::Soft) {
+        // A table written with hard deletes holds live rows only.
+        co_await run("ALTER TABLE " + target + " ADD COLUMN " + kDeletedColumnDdl,
+                     "adding column \"_pgtide_deleted\" to " + target);
     }
     std::string problems;
     for (std::size_t i = 0; i < table.columns.size(); ++i) {
@@ -929,10 +957,14 @@ io::Task<void> PostgresDestination::reset_tables(std::string slot,
     co_await begin();
     std::string truncate;
     for (const auto& t : tables) {
-        truncate += (truncate.empty() ? "TRUNCATE " : ", ") + target_sql(t);
         co_await run_params(std::string("DELETE FROM ") + kTombstonesTable +
                                 " WHERE target_table = $1",
                             params(t.target), "removing the tombstones of " + t.target);
+        if (deletes_ == Deletes::Soft) {
+            co_await mark_deleted(t);
+        } else {
+            truncate += (truncate.empty() ? "TRUNCATE " : ", ") + target_sql(t);
+        }
     }
     if (!truncate.empty()) {
         co_await run(std::move(truncate), "emptying the tables for a new epoch");
@@ -951,10 +983,24 @@ io::Task<void> PostgresDestination::empty_tables(std::vector<schema::Table> tabl
         co_await run_params(std::string("DELETE FROM ") + kTombstonesTable +
                                 " WHERE target_table = $1",
                             params(t.target), "removing the tombstones of " + t.target);
-        co_await run("TRUNCATE " + target_sql(t), "emptying " + t.target + " for its copy");
-        co_await ensure_table(t, Retype::Empty); // the source's columns as they are now
+        if (deletes_ == Deletes::Soft) {
+            // Its rows stay: a changed column type converts their values (Retype::Cast), and
+            // stops the run, naming the column, where they do not convert.
+            co_await ensure_table(t, Retype::Cast); // the source's columns as they are now
+            co_await mark_deleted(t);
+        } else {
+            co_await run("TRUNCATE " + target_sql(t), "emptying " + t.target + " for its copy");
+            co_await ensure_table(t, Retype::Empty); // the source's columns as they are now
+        }
         co_await prepare_for_copy(t);
     }
+}
+
+io::Task<void> PostgresDestination::mark_deleted(const schema::Table& table) {
+    const std::string target = target_sql(table);
+    co_await run(std::string("UPDATE ") + target + " SET " + kDeletedColumn + " = 1 WHERE " +
+                     kDeletedColumn + " = 0",
+                 "marking the rows of " + target + " deleted before its copy");
 }
 
 namespace {
@@ -1016,21 +1062,35 @@ io::Task<void> PostgresDestination::table_copied(std::shared_ptr<const schema::T
         }
         add_key = "ADD PRIMARY KEY (" + join_quoted(keys) + ")";
     }
-    std::string sql = alter_table_sql(
+    std::vector<std::string> finish;
+    if (!found.key && deletes_ == Deletes::Soft) {
+        // Rows kept marked deleted (mark_deleted) that the copy found again: the copied row is
+        // the newer (the copy's version is above every kept row's).
+        std::string same_key;
+        for (auto k : table->key_columns) {
+            const std::string column = quote_identifier(table->columns[k].name);
+            same_key += " AND k." + column + " = c." + column;
+        }
+        finish.push_back("DELETE FROM " + target + " AS k USING " + target + " AS c WHERE k." +
+                         kDeletedColumn + " = 1 AND c." + kDeletedColumn + " = 0" + same_key);
+    }
+    std::string alter = alter_table_sql(
         target, add_key, found.plain ? "RESET (autovacuum_enabled, toast.autovacuum_enabled)" : "");
+    if (!alter.empty()) {
+        finish.push_back(std::move(alter));
+    }
     if (auto it = lanes_.find(table->target); it != lanes_.end()) {
         // With the lane's last rows, on its connection, while the applier goes on (CopyLane).
         CopyLane* lane = it->second.get();
         co_await lane->sending.join(); // rethrows what its sends threw
         lane->finishing = true;
-        lane->sending.spawn(commit_lane(this, lane, std::move(sql)));
+        lane->sending.spawn(commit_lane(this, lane, std::move(finish)));
         co_return;
     }
-    if (sql.empty()) {
-        co_return;
+    for (std::string& sql : finish) {
+        co_await run(std::move(sql), "adding the primary key of " + target +
+                                         " and resuming its autovacuum after its copy");
     }
-    co_await run(std::move(sql), "adding the primary key of " + target +
-                                     " and resuming its autovacuum after its copy");
 }
 
 io::Task<void> PostgresDestination::request_copies(std::string slot,
@@ -1094,6 +1154,9 @@ io::Task<std::int64_t> PostgresDestination::discard_unfinished_chunks(schema::Ta
     }
     if (where.empty()) {
         co_return 0;
+    }
+    if (deletes_ == Deletes::Soft) {
+        where = "(" + where + ") AND " + kDeletedColumn + " = 0"; // the copy's rows, not those kept
     }
     co_await reap_lanes(true); // a lane of the table commits nothing after this
     co_await begin();
@@ -1276,13 +1339,13 @@ io::Task<void> PostgresDestination::send_to_lane(PostgresDestination* self, Copy
         self->fail(e, "copying rows into " + lane->target + " (on a connection of its own)");
     }
     if (lane->uncommitted_rows >= self->copy_commit_rows_) {
-        co_await commit_lane(self, lane, std::string());
+        co_await commit_lane(self, lane, {});
     }
 }
 
 io::Task<void> PostgresDestination::commit_lane(PostgresDestination* self, CopyLane* lane,
-                                                std::string alter) {
-    if (!lane->open && alter.empty()) {
+                                                std::vector<std::string> finish) {
+    if (!lane->open && finish.empty()) {
         co_return;
     }
     if ((lane->open && !lane->progress) || !self->committed_) {
@@ -1299,8 +1362,8 @@ io::Task<void> PostgresDestination::commit_lane(PostgresDestination* self, CopyL
         } else {
             co_await lane->conn->exec("BEGIN");
         }
-        if (!alter.empty()) {
-            co_await lane->conn->exec(alter);
+        for (const std::string& sql : finish) {
+            co_await lane->conn->exec(sql);
         }
         if (lane->progress) {
             co_await lane->conn->exec_params(progress_upsert_sql(),
@@ -1314,7 +1377,7 @@ io::Task<void> PostgresDestination::commit_lane(PostgresDestination* self, CopyL
         lane->open = false;
         co_await lane->conn->exec(owned ? "COMMIT" : "ROLLBACK");
     } catch (const io::PgError& e) {
-        self->fail(e, alter.empty() ? "committing the rows copied into " + lane->target
+        self->fail(e, finish.empty() ? "committing the rows copied into " + lane->target
                                     : "adding the primary key of " + lane->target +
                                           " after its copy (on the copy's own connection)");
     }
@@ -1370,6 +1433,10 @@ io::Task<void> PostgresDestination::apply_changes(std::vector<Change> changes) {
         std::shared_ptr<const schema::Table> table;
         std::unordered_map<std::string, std::size_t> by_key;
         std::vector<Change> last;
+        /// Soft deletes, by index in `last`: an upsert whose key was deleted after it (the
+        /// change carries the delete's version). Its row is written marked deleted, as applying
+        /// the changes one by one would leave it.
+        std::vector<bool> deleted;
     };
     std::vector<Group> groups;
     std::size_t i = 0;
@@ -1404,9 +1471,17 @@ io::Task<void> PostgresDestination::apply_changes(std::vector<Change> changes) {
             if (found == g->by_key.end()) {
                 g->by_key.emplace(key, g->last.size());
                 g->last.push_back(std::move(c));
+                g->deleted.push_back(false);
                 continue;
             }
             Change& earlier = g->last[found->second];
+            if (deletes_ == Deletes::Soft && c.kind == Change::Kind::Delete &&
+                earlier.kind == Change::Kind::Upsert) {
+                earlier.version = c.version;
+                g->deleted[found->second] = true;
+                continue;
+            }
+            g->deleted[found->second] = false;
             if (c.kind == Change::Kind::Upsert && earlier.kind == Change::Kind::Upsert) {
                 for (std::size_t v = 0; v < c.values.size() && v < earlier.values.size(); ++v) {
                     if (std::holds_alternative<schema::UnchangedToast>(c.values[v])) {
@@ -1419,21 +1494,23 @@ io::Task<void> PostgresDestination::apply_changes(std::vector<Change> changes) {
         for (const auto& g : groups) {
             std::vector<const Change*> upserts;
             std::vector<const Change*> deletes;
-            std::vector<const Change*> partial;
-            for (const auto& c : g.last) {
+            std::vector<const Change*> upserts_deleted;
+            std::vector<std::size_t> partial;
+            for (std::size_t k = 0; k < g.last.size(); ++k) {
+                const Change& c = g.last[k];
                 if (c.kind == Change::Kind::Delete) {
                     deletes.push_back(&c);
                 } else if (has_unchanged(c.values)) {
-                    partial.push_back(&c);
+                    partial.push_back(k);
                 } else {
-                    upserts.push_back(&c);
+                    (g.deleted[k] ? upserts_deleted : upserts).push_back(&c);
                 }
             }
-            if (!upserts.empty() || !deletes.empty()) {
-                co_await merge(upserts, deletes);
+            if (!upserts.empty() || !deletes.empty() || !upserts_deleted.empty()) {
+                co_await merge(upserts, deletes, upserts_deleted);
             }
-            for (const Change* c : partial) {
-                co_await update_partial(*c);
+            for (const std::size_t k : partial) {
+                co_await update_partial(g.last[k], g.deleted[k]);
             }
         }
         if (i < changes.size() && changes[i].kind == Change::Kind::Truncate) {
@@ -1448,20 +1525,28 @@ io::Task<void> PostgresDestination::apply_changes(std::vector<Change> changes) {
 }
 
 io::Task<void> PostgresDestination::merge(const std::vector<const Change*>& upserts,
-                                          const std::vector<const Change*>& deletes) {
-    const schema::Table& table =
-        upserts.empty() ? *deletes.front()->table : *upserts.front()->table;
+                                          const std::vector<const Change*>& deletes,
+                                          const std::vector<const Change*>& upserts_deleted) {
+    const schema::Table& table = !upserts.empty()   ? *upserts.front()->table
+                                 : !deletes.empty() ? *deletes.front()->table
+                                                    : *upserts_deleted.front()->table;
     const std::string target = target_sql(table);
     const Merge statements = co_await merge_statements(table);
+    std::vector<std::size_t> columns(table.columns.size());
+    for (std::size_t c = 0; c < columns.size(); ++c) {
+        columns[c] = c;
+    }
     if (!upserts.empty()) {
         // Named first: GCC 12 mishandles temporaries built inside a co_await expression.
         std::string what = "merging " + std::to_string(upserts.size()) + " upserts into " + target;
-        std::vector<std::size_t> columns(table.columns.size());
-        for (std::size_t c = 0; c < columns.size(); ++c) {
-            columns[c] = c;
-        }
         std::vector<ParamArray> arrays = arrays_of(upserts, columns);
         co_await run_prepared(statements.upsert, std::move(arrays), std::move(what));
+    }
+    if (!upserts_deleted.empty()) {
+        std::string what = "merging " + std::to_string(upserts_deleted.size()) +
+                           " rows upserted and deleted into " + target + " (marked deleted)";
+        std::vector<ParamArray> arrays = arrays_of(upserts_deleted, columns);
+        co_await run_prepared(statements.upsert_deleted, std::move(arrays), std::move(what));
     }
     if (!deletes.empty()) {
         // A delete's values are its key's.
@@ -1518,7 +1603,7 @@ PostgresDestination::merge_statements(const schema::Table& table) {
     // text (the source's output) that the statement casts to its column's type, where the
     // input function reads it back as COPY would.
     const std::string n = std::to_string(merges_.size() + 1);
-    Merge merge{"pgtide_upsert_" + n, "pgtide_delete_" + n};
+    Merge merge{"pgtide_upsert_" + n, "pgtide_delete_" + n, ""};
     std::string list;
     std::string select;
     std::string set;
@@ -1546,8 +1631,20 @@ PostgresDestination::merge_statements(const schema::Table& table) {
     const std::string rows = "ROWS FROM (" + unnest + "pg_catalog.unnest($" +
                              std::to_string(table.columns.size() + 1) +
                              "::pg_catalog.int8[])) AS s(" + aliases + "_v)";
-    std::string upsert;
-    if (merge_upserts_) {
+    // `deleted`: the value of _pgtide_deleted the rows get, soft deletes only ("" with hard).
+    const auto upsert_sql = [&](const std::string& deleted) {
+        const std::string mark =
+            deleted.empty() ? std::string() : std::string(kDeletedColumn) + " = " + deleted + ", ";
+        const std::string insert_list =
+            list + (deleted.empty() ? std::string() : std::string(kDeletedColumn) + ", ");
+        const std::string insert_values = select + (deleted.empty() ? "" : deleted + ", ");
+        if (!merge_upserts_) {
+            return "INSERT INTO " + target + " AS d (" + insert_list + kLsnColumn + ") SELECT " +
+                   insert_values + "s._v::bigint FROM " + rows + " ON CONFLICT (" +
+                   join_quoted(keys) + ") DO UPDATE SET " + set + mark + kLsnColumn +
+                   " = excluded." + kLsnColumn + " WHERE d." + kLsnColumn + " <= excluded." +
+                   kLsnColumn;
+        }
         // MERGE finds each key once, through the join. INSERT … ON CONFLICT probes the key
         // before every insert and locks every row before it updates it: about a tenth of a
         // stream batch's time on the server. Both are right only for the one writer of the
@@ -1566,15 +1663,17 @@ PostgresDestination::merge_statements(const schema::Table& table) {
                                std::to_string(c + 1) + "::" + type_of(table, c) + ", ";
             }
         }
-        upsert = "MERGE INTO " + target + " AS d USING " + rows + " ON " + on +
-                 " WHEN MATCHED AND d." + kLsnColumn + " <= s._v::bigint THEN UPDATE SET " +
-                 matched_set + kLsnColumn + " = s._v::bigint WHEN NOT MATCHED THEN INSERT (" +
-                 list + kLsnColumn + ") VALUES (" + select + "s._v::bigint)";
-    } else {
-        upsert = "INSERT INTO " + target + " AS d (" + list + kLsnColumn + ") SELECT " + select +
-                 "s._v::bigint FROM " + rows + " ON CONFLICT (" + join_quoted(keys) +
-                 ") DO UPDATE SET " + set + kLsnColumn + " = excluded." + kLsnColumn + " WHERE d." +
-                 kLsnColumn + " <= excluded." + kLsnColumn;
+        return "MERGE INTO " + target + " AS d USING " + rows + " ON " + on +
+               " WHEN MATCHED AND d." + kLsnColumn + " <= s._v::bigint THEN UPDATE SET " +
+               matched_set + mark + kLsnColumn +
+               " = s._v::bigint WHEN NOT MATCHED THEN INSERT (" + insert_list + kLsnColumn +
+               ") VALUES (" + insert_values + "s._v::bigint)";
+    };
+    const bool soft = deletes_ == Deletes::Soft;
+    std::string upsert = upsert_sql(soft ? "0" : "");
+    std::string upsert_deleted = soft ? upsert_sql("1") : std::string();
+    if (soft) {
+        merge.upsert_deleted = "pgtide_upsert_deleted_" + n;
     }
     std::string key_unnest;
     std::string key_aliases;
@@ -1589,7 +1688,12 @@ PostgresDestination::merge_statements(const schema::Table& table) {
         where += "d." + quote_identifier(table.columns[c].name) + " = s." + alias +
                  "::" + type_of(table, c) + " AND ";
     }
-    std::string remove = "DELETE FROM " + target + " AS d USING ROWS FROM (" + key_unnest +
+    const std::string change =
+        deletes_ == Deletes::Soft
+            ? "UPDATE " + target + " AS d SET " + kDeletedColumn + " = 1, " + kLsnColumn +
+                  " = s._v::bigint FROM"
+            : "DELETE FROM " + target + " AS d USING";
+    std::string remove = change + " ROWS FROM (" + key_unnest +
                          "pg_catalog.unnest($" + std::to_string(table.key_columns.size() + 1) +
                          "::pg_catalog.int8[])) AS s(" + key_aliases + "_v) WHERE " + where + "d." +
                          kLsnColumn + " <= s._v::bigint";
@@ -1600,6 +1704,9 @@ PostgresDestination::merge_statements(const schema::Table& table) {
     try {
         co_await conn_.prepare(merge.upsert, std::move(upsert));
         co_await conn_.prepare(merge.remove, std::move(remove));
+        if (soft) {
+            co_await conn_.prepare(merge.upsert_deleted, std::move(upsert_deleted));
+        }
     } catch (const io::PgError& e) {
         fail(e, "preparing the merge statements of " + target);
     }
@@ -1626,7 +1733,7 @@ io::Task<void> PostgresDestination::run_prepared(std::string name, std::vector<P
     sent_ = std::move(what);
 }
 
-io::Task<void> PostgresDestination::update_partial(const Change& change) {
+io::Task<void> PostgresDestination::update_partial(const Change& change, bool deleted) {
     const schema::Table& table = *change.table;
     const std::string target = target_sql(table);
     std::vector<std::optional<std::string>> values;
@@ -1639,6 +1746,9 @@ io::Task<void> PostgresDestination::update_partial(const Change& change) {
         values.push_back(param_of(v));
         sql +=
             quote_identifier(table.columns[c].name) + " = $" + std::to_string(values.size()) + ", ";
+    }
+    if (deletes_ == Deletes::Soft) {
+        sql += std::string(kDeletedColumn) + (deleted ? " = 1, " : " = 0, ");
     }
     values.push_back(lsn_text(change.version));
     const std::string version = "$" + std::to_string(values.size());
@@ -1674,6 +1784,9 @@ io::Task<void> PostgresDestination::move_row(const Change& change) {
             set += col + " = excluded." + col + ", ";
         }
     }
+    if (deletes_ == Deletes::Soft) {
+        set += std::string(kDeletedColumn) + " = 0, ";
+    }
     values.push_back(lsn_text(change.version));
     const std::string version = "$" + std::to_string(values.size()) + "::bigint";
     std::vector<std::string> keys;
@@ -1697,7 +1810,11 @@ io::Task<void> PostgresDestination::move_row(const Change& change) {
 
 io::Task<void> PostgresDestination::truncate(const Change& change) {
     const std::string target = target_sql(*change.table);
-    co_await run_params("DELETE FROM " + target + " WHERE " + kLsnColumn + " <= $1::bigint",
+    const std::string rows = deletes_ == Deletes::Soft
+                                 ? "UPDATE " + target + " SET " + kDeletedColumn + " = 1, " +
+                                       kLsnColumn + " = $1::bigint"
+                                 : "DELETE FROM " + target;
+    co_await run_params(rows + " WHERE " + kLsnColumn + " <= $1::bigint",
                         params(lsn_text(change.version)), "truncating " + target);
 }
 

@@ -61,9 +61,10 @@ public:
     /// creates the metadata tables when missing. Suspends. Throws DestinationError naming the
     /// server and database.
     /// A table copied through a connection of its own (CopyLane) commits every
-    /// `copy_commit_rows` rows.
+    /// `copy_commit_rows` rows. `deletes`: what a stream delete does (destination.hpp).
     static io::Task<std::unique_ptr<PostgresDestination>>
-    open(std::string url, std::string application_name, std::int64_t copy_commit_rows);
+    open(std::string url, std::string application_name, std::int64_t copy_commit_rows,
+         Deletes deletes = Deletes::Hard);
 
     std::string describe() const override { return "postgresql destination (" + target_ + ")"; }
     io::Task<std::optional<Checkpoint>> load_checkpoint(std::string slot) override;
@@ -118,7 +119,10 @@ private:
     /// The prepared merge statements of one target table, for one shape of its columns.
     struct Merge {
         std::string upsert; ///< statement name: MERGE (INSERT … ON CONFLICT before 15)
-        std::string remove; ///< statement name: versioned DELETE … USING
+        std::string remove; ///< statement name: versioned DELETE … USING (soft: UPDATE … FROM)
+        /// Soft deletes: the upsert whose rows are written marked deleted (rows inserted or
+        /// updated, then deleted, within one batch); "" with hard deletes.
+        std::string upsert_deleted;
     };
     /// One column's values of a batch as a binary array parameter (array_recv's input): of the
     /// column's own type when it is an integer, float, boolean or uuid, whose binary form pgtide
@@ -187,7 +191,8 @@ private:
     };
 
     PostgresDestination(io::PgConnection conn, std::string target, std::string url,
-                        std::string application_name, std::int64_t copy_commit_rows);
+                        std::string application_name, std::int64_t copy_commit_rows,
+                        Deletes deletes);
 
     io::Task<io::PgResult> run(std::string sql, std::string what);
     io::Task<io::PgResult>
@@ -217,6 +222,10 @@ private:
     /// it until then (a vacuum of a table being loaded is wasted work, and one still running
     /// when the copy ends holds up ADD PRIMARY KEY until PostgreSQL cancels it, a second later).
     io::Task<void> prepare_for_copy(const schema::Table& table);
+    /// Soft deletes, before a copy of `table`: marks its live rows deleted, versions kept
+    /// (destination.hpp's Deletes::Soft). Its copy's rows come in beside them; table_copied
+    /// removes those the copy found again before it adds the key.
+    io::Task<void> mark_deleted(const schema::Table& table);
     /// What prepare_for_copy and table_copied change about a copy's target table.
     struct CopyTarget {
         std::optional<std::string> key; ///< the name of its primary key, when it has one
@@ -225,8 +234,10 @@ private:
         bool plain = false;
     };
     io::Task<CopyTarget> copy_target(std::string target);
+    /// `upserts_deleted`: soft deletes' upserts whose rows are written marked deleted.
     io::Task<void> merge(const std::vector<const Change*>& upserts,
-                         const std::vector<const Change*>& deletes);
+                         const std::vector<const Change*>& deletes,
+                         const std::vector<const Change*>& upserts_deleted);
     /// The merge statements of `table`'s target for its current columns, prepared on first use.
     io::Task<Merge> merge_statements(const schema::Table& table);
     /// The merge parameters of `changes`: one array per value position (the values of each
@@ -236,7 +247,8 @@ private:
     /// Sends the prepared statement `name` with `arrays`, without waiting for its answer: the
     /// server runs it while the next batch is readied (settle reads it).
     io::Task<void> run_prepared(std::string name, std::vector<ParamArray> arrays, std::string what);
-    io::Task<void> update_partial(const Change& change);
+    /// `deleted`: soft deletes, the row is marked deleted too (it was deleted in the batch).
+    io::Task<void> update_partial(const Change& change, bool deleted);
     io::Task<void> truncate(const Change& change);
     io::Task<void> move_row(const Change& change);
     io::Task<void> send_copy(std::string& buffer, bool last);
@@ -250,11 +262,13 @@ private:
     /// commits once the lane holds copy_commit_rows rows.
     static io::Task<void> send_to_lane(PostgresDestination* self, CopyLane* lane,
                                        std::string bytes);
-    /// Ends the lane's COPY, runs `alter` (an ALTER TABLE of its table; may be empty) and
-    /// commits its rows with its progress if the checkpoint row still has the slot, epoch and
-    /// owner last committed; else rolls back and throws DefiniteError(Fenced). With `alter`, a
-    /// transaction is begun when none is open. Nothing of the lane may be on its way.
-    static io::Task<void> commit_lane(PostgresDestination* self, CopyLane* lane, std::string alter);
+    /// Ends the lane's COPY, runs `finish` (the statements that end its table's copy: the
+    /// ALTER TABLE that adds its key; may be empty) and commits its rows with its progress if
+    /// the checkpoint row still has the slot, epoch and owner last committed; else rolls back
+    /// and throws DefiniteError(Fenced). With `finish`, a transaction is begun when none is
+    /// open. Nothing of the lane may be on its way.
+    static io::Task<void> commit_lane(PostgresDestination* self, CopyLane* lane,
+                                      std::vector<std::string> finish);
     /// Forgets the finishing lanes whose last commit is done (their connections go idle),
     /// first waiting for every finishing lane when `wait`; rethrows what such a commit threw.
     io::Task<void> reap_lanes(bool wait);
@@ -272,6 +286,7 @@ private:
     std::string application_name_;
     std::map<std::string, std::unique_ptr<CopyLane>> lanes_; ///< by Table::target
     std::int64_t copy_commit_rows_;
+    Deletes deletes_;
     bool merge_upserts_; ///< upserts are merged with MERGE (PostgreSQL 15+), else ON CONFLICT
     std::vector<io::PgConnection> idle_lanes_; ///< connections of lanes whose copy is whole
     /// Progress rows commit() kept back, by Table::target, until the table's finishing lane is

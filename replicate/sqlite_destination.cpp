@@ -279,7 +279,8 @@ void SqliteDestination::StmtFinalizer::operator()(sqlite3_stmt* s) const {
     sqlite3_finalize(s);
 }
 
-SqliteDestination::SqliteDestination(std::string path) : path_(std::move(path)) {
+SqliteDestination::SqliteDestination(std::string path, Deletes deletes)
+    : path_(std::move(path)), deletes_(deletes) {
     // SQLite's memory statistics take a process-wide mutex on every allocation, several per
     // row written; nothing reads them. Only possible before SQLite initialises (else ignored).
     static const int memstatus_off = sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
@@ -468,7 +469,11 @@ void SqliteDestination::ensure_table(const schema::Table& table) {
             }
             sql += ", ";
         }
-        sql += quote_identifier(kLsnColumn) + " INTEGER NOT NULL, PRIMARY KEY (";
+        sql += quote_identifier(kLsnColumn) + " INTEGER NOT NULL, ";
+        if (deletes_ == Deletes::Soft) {
+            sql += quote_identifier(kDeletedColumn) + " INTEGER NOT NULL DEFAULT 0, ";
+        }
+        sql += "PRIMARY KEY (";
         for (std::size_t k = 0; k < table.key_columns.size(); ++k) {
             sql += (k > 0 ? ", " : "") + quote_identifier(table.columns[table.key_columns[k]].name);
         }
@@ -511,6 +516,13 @@ void SqliteDestination::ensure_table(const schema::Table& table) {
     if (find(kLsnColumn) == nullptr) {
         throw schema_error("exists but has no _pgtide_lsn column: it was not created by pgtide; "
                            "drop or rename it, or choose another target name");
+    }
+    const Existing* deleted = find(kDeletedColumn);
+    if (deleted != nullptr && deletes_ == Deletes::Hard) {
+        // Its rows marked deleted would come back as live rows, and deleted ones would go.
+        throw schema_error("has a _pgtide_deleted column: it keeps rows deleted on the source "
+                           "(destination.deletes = \"soft\"); set deletes = \"soft\" again, or "
+                           "drop the table to start it anew with hard deletes");
     }
     std::vector<const Existing*> existing_key;
     for (const Existing& e : existing) {
@@ -557,6 +569,11 @@ void SqliteDestination::ensure_table(const schema::Table& table) {
             additions.push_back("ALTER TABLE " + quote_identifier(target) + " ADD COLUMN " +
                                 quote_identifier(c.name) + " " + type + missing_default(table, c));
         }
+    }
+    if (deleted == nullptr && deletes_ == Deletes::Soft) {
+        // A table written with hard deletes holds live rows only.
+        additions.push_back("ALTER TABLE " + quote_identifier(target) + " ADD COLUMN " +
+                            quote_identifier(kDeletedColumn) + " INTEGER NOT NULL DEFAULT 0");
     }
     for (const std::string& sql : additions) {
         exec(sql, "adding a column to " + target);
@@ -628,8 +645,8 @@ namespace {
 // ?(r*N+1)..?(r*N+N), and the version ?(rows*N+1). One statement for many rows spares SQLite
 // its per-statement work (a statement transaction, cursors opened and closed, a reset): a
 // quarter of the writer's CPU in a copy.
-std::string versioned_insert_sql(const schema::Table& table, bool snapshot, bool tombstones = true,
-                                 int rows = 1) {
+std::string versioned_insert_sql(const schema::Table& table, Deletes deletes, bool snapshot,
+                                 bool tombstones = true, int rows = 1) {
     const int n = int(table.columns.size());
     const std::string version = "?" + std::to_string(n + 1);
     const std::string target = quote_identifier(table.target);
@@ -643,6 +660,9 @@ std::string versioned_insert_sql(const schema::Table& table, bool snapshot, bool
         if (!is_key_column(table, std::size_t(i))) {
             sets += name + " = excluded." + name + ", ";
         }
+    }
+    if (deletes == Deletes::Soft) {
+        sets += quote_identifier(kDeletedColumn) + " = 0, "; // live again; inserted rows: DEFAULT
     }
     const std::string lsn = quote_identifier(kLsnColumn);
     std::string key;
@@ -691,10 +711,11 @@ void SqliteDestination::copy_rows(const schema::Table& table, const std::vector<
     const std::int64_t v = lsn_to_int(version);
     if (!may_have_tombstones(table.target)) {
         if (!s.copy_untombstoned) {
-            s.copy_untombstoned = prepare(versioned_insert_sql(table, true, false),
+            s.copy_untombstoned = prepare(versioned_insert_sql(table, deletes_, true, false),
                                           "preparing the copy of " + table.target);
             s.copy_many = prepare(
-                versioned_insert_sql(table, true, false, rows_per_copy_statement(db_.get(), table)),
+                versioned_insert_sql(table, deletes_, true, false,
+                                     rows_per_copy_statement(db_.get(), table)),
                 "preparing the copy of " + table.target);
         }
         std::size_t done = 0;
@@ -723,7 +744,7 @@ void SqliteDestination::copy_rows(const schema::Table& table, const std::vector<
         return;
     }
     if (!s.copy) {
-        s.copy = prepare(versioned_insert_sql(table, /*snapshot=*/true),
+        s.copy = prepare(versioned_insert_sql(table, deletes_, /*snapshot=*/true),
                          "preparing the copy of " + table.target);
     }
     sqlite3_stmt* stmt = s.copy.get();
@@ -751,7 +772,7 @@ void SqliteDestination::upsert(const schema::Table& table, const schema::Row& ro
 
     if (!partial && !may_have_tombstones(table.target)) {
         if (!s.upsert_untombstoned) {
-            s.upsert_untombstoned = prepare(versioned_insert_sql(table, false, false),
+            s.upsert_untombstoned = prepare(versioned_insert_sql(table, deletes_, false, false),
                                             "preparing the upsert into " + table.target);
         }
         sqlite3_stmt* stmt = s.upsert_untombstoned.get();
@@ -765,7 +786,7 @@ void SqliteDestination::upsert(const schema::Table& table, const schema::Row& ro
     }
     if (!partial) {
         if (!s.upsert) {
-            s.upsert = prepare(versioned_insert_sql(table, /*snapshot=*/false),
+            s.upsert = prepare(versioned_insert_sql(table, deletes_, /*snapshot=*/false),
                                "preparing the upsert into " + table.target);
         }
         sqlite3_stmt* stmt = s.upsert.get();
@@ -803,6 +824,9 @@ void SqliteDestination::upsert(const schema::Table& table, const schema::Row& ro
                        std::to_string(i + 1) + ", ";
             }
         }
+        if (deletes_ == Deletes::Soft) {
+            sql += quote_identifier(kDeletedColumn) + " = 0, ";
+        }
         sql += lsn + " = ?" + std::to_string(n + 1) + " WHERE " + where_key(table, first_key) +
                " AND " + lsn + " <= ?" + std::to_string(n + 1);
         slot = prepare(sql, "preparing a partial update of " + table.target);
@@ -826,10 +850,14 @@ void SqliteDestination::remove(const schema::Table& table, const schema::Row& ke
     check_row(table, key, table.key_columns.size(), "deleted key");
     TableStatements& s = statements_for(table);
     if (!s.remove) {
-        s.remove =
-            prepare("DELETE FROM " + quote_identifier(table.target) + " WHERE " +
-                        where_key(table, 2) + " AND " + quote_identifier(kLsnColumn) + " <= ?1",
-                    "preparing the delete from " + table.target);
+        const std::string lsn = quote_identifier(kLsnColumn);
+        const std::string change = deletes_ == Deletes::Soft
+                                       ? "UPDATE " + quote_identifier(table.target) + " SET " +
+                                             quote_identifier(kDeletedColumn) + " = 1, " + lsn +
+                                             " = ?1"
+                                       : "DELETE FROM " + quote_identifier(table.target);
+        s.remove = prepare(change + " WHERE " + where_key(table, 2) + " AND " + lsn + " <= ?1",
+                           "preparing the delete from " + table.target);
     }
     {
         sqlite3_stmt* stmt = s.remove.get();
@@ -889,8 +917,12 @@ std::optional<schema::Row> SqliteDestination::read_row(const schema::Table& tabl
 
 void SqliteDestination::truncate(const schema::Table& table, schema::Lsn version,
                                  bool record_tombstone) {
-    Statement stmt = prepare("DELETE FROM " + quote_identifier(table.target) + " WHERE " +
-                                 quote_identifier(kLsnColumn) + " <= ?1",
+    const std::string lsn = quote_identifier(kLsnColumn);
+    const std::string change = deletes_ == Deletes::Soft
+                                   ? "UPDATE " + quote_identifier(table.target) + " SET " +
+                                         quote_identifier(kDeletedColumn) + " = 1, " + lsn + " = ?1"
+                                   : "DELETE FROM " + quote_identifier(table.target);
+    Statement stmt = prepare(change + " WHERE " + lsn + " <= ?1",
                              "preparing the truncate of " + table.target);
     bind_int(stmt.get(), 1, lsn_to_int(version));
     step(stmt.get(), "truncating", table.target);
@@ -919,10 +951,19 @@ void SqliteDestination::reset_tables(const std::string& slot,
 
 void SqliteDestination::empty_tables(const std::vector<schema::Table>& tables) {
     for (const schema::Table& table : tables) {
-        if (table_exists(table.target)) {
+        const bool exists = table_exists(table.target);
+        if (exists && deletes_ == Deletes::Hard) {
             exec("DELETE FROM " + quote_identifier(table.target), "emptying " + table.target);
         }
         ensure_table(table); // the source's columns as they are now
+        if (exists && deletes_ == Deletes::Soft) {
+            // Kept, at their versions: the copy replaces those it finds (its version is above
+            // them all), and those it does not find were deleted on the source.
+            exec("UPDATE " + quote_identifier(table.target) + " SET " +
+                     quote_identifier(kDeletedColumn) + " = 1 WHERE " +
+                     quote_identifier(kDeletedColumn) + " = 0",
+                 "marking the rows of " + table.target + " deleted before its copy");
+        }
         clear_tombstones(table.target);
         record_column_types(table, true); // the copy that follows copies the table as it is now
     }

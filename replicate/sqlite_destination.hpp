@@ -43,8 +43,9 @@ public:
     /// Opens (creating if needed) the database file at `path` with journal_mode=WAL,
     /// synchronous=FULL, busy_timeout 5 s and foreign_keys off, and creates the metadata tables
     /// `_pgtide_checkpoint`, `_pgtide_tables`, `_pgtide_tombstones` when missing.
-    /// Throws DestinationError naming the path and SQLite's message.
-    explicit SqliteDestination(std::string path);
+    /// Throws DestinationError naming the path and SQLite's message. `deletes`: what a stream
+    /// delete does (Deletes::Soft: marks the row `_pgtide_deleted = 1`; see destination.hpp).
+    explicit SqliteDestination(std::string path, Deletes deletes = Deletes::Hard);
     ~SqliteDestination();
     SqliteDestination(SqliteDestination&&) noexcept;
     SqliteDestination& operator=(SqliteDestination&&) noexcept;
@@ -59,9 +60,10 @@ public:
 
     /// Creates `table.target` when missing: each column declared exactly INTEGER/REAL/TEXT/BLOB
     /// per its storage class, key columns NOT NULL, PRIMARY KEY(key columns), and
-    /// `_pgtide_lsn INTEGER NOT NULL`. When it exists: adds missing columns; refuses (kind
-    /// Schema) a different key, a column whose declared type differs, or a table without
-    /// `_pgtide_lsn`. Names compare as SQLite does (ASCII case-insensitive). Forgets the
+    /// `_pgtide_lsn INTEGER NOT NULL` (soft deletes: and `_pgtide_deleted INTEGER NOT NULL
+    /// DEFAULT 0`). When it exists: adds missing columns (`_pgtide_deleted` too, soft deletes);
+    /// refuses (kind Schema) a different key, a column whose declared type differs, a table
+    /// without `_pgtide_lsn`, or, with hard deletes, one with `_pgtide_deleted`. Names compare as SQLite does (ASCII case-insensitive). Forgets the
     /// table's cached statements. Runs in the current transaction, if any.
     void ensure_table(const schema::Table& table);
 
@@ -86,7 +88,7 @@ public:
     void upsert(const schema::Table& table, const schema::Row& row, schema::Lsn version);
 
     /// A stream delete at L of `key` (values in `table.key_columns` order): deletes the row iff
-    /// L >= its version. With `record_tombstone`, tombstones the key at L (raising an existing
+    /// L >= its version (soft deletes: marks it deleted at L). With `record_tombstone`, tombstones the key at L (raising an existing
     /// tombstone to max(t, L)) whether or not a row was deleted.
     void remove(const schema::Table& table, const schema::Row& key, schema::Lsn version,
                 bool record_tombstone);
@@ -95,7 +97,8 @@ public:
     /// column's NaN comes back as its TEXT 'NaN'), or nullopt when there is none.
     std::optional<schema::Row> read_row(const schema::Table& table, const schema::Row& key);
 
-    /// A truncate at L: deletes every row whose version is at or below L (a row at a newer
+    /// A truncate at L: deletes (soft deletes: marks deleted at L) every row whose version is
+    /// at or below L (a row at a newer
     /// version can only come from a copy that already reflects the truncate). With
     /// `record_tombstone`, a table-wide tombstone at L that gates copy_rows and upsert as a
     /// per-key one does.
@@ -121,8 +124,9 @@ public:
     /// records their column types (replacing), and deletes the `_pgtide_tables` rows of
     /// `slot`. The checkpoint row is left to the caller.
     void reset_tables(const std::string& slot, const std::vector<schema::Table>& tables);
-    /// Empties the target tables of `tables` and their tombstones, and records their column
-    /// types as they are now (a copy of them follows).
+    /// Empties the target tables of `tables` (soft deletes: marks every row deleted, versions
+    /// kept) and their tombstones, and records their column types as they are now (a copy of
+    /// them follows).
     void empty_tables(const std::vector<schema::Table>& tables);
     /// Sets the `_pgtide_tables` state of `source_tables` for `slot` to init (a copy requested).
     void request_copies(const std::string& slot, const std::vector<std::string>& source_tables);
@@ -177,6 +181,7 @@ private:
     bool table_exists(const std::string& name);
 
     std::string path_;
+    Deletes deletes_;
     Db db_;
     Statement begin_;
     Statement commit_;

@@ -20,9 +20,9 @@ SqliteWriter::SqliteWriter(std::string path) : path_(std::move(path)), writer_("
 
 SqliteWriter::~SqliteWriter() = default;
 
-io::Task<std::unique_ptr<SqliteWriter>> SqliteWriter::open(std::string path) {
+io::Task<std::unique_ptr<SqliteWriter>> SqliteWriter::open(std::string path, Deletes deletes) {
     std::unique_ptr<SqliteWriter> writer(new SqliteWriter(path));
-    auto job = [path]() { return std::make_unique<SqliteDestination>(path); };
+    auto job = [path, deletes]() { return std::make_unique<SqliteDestination>(path, deletes); };
     writer->db_ = co_await writer->writer_.run(std::move(job));
     co_return writer;
 }

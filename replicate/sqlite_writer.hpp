@@ -15,8 +15,9 @@ namespace pgtide::replicate {
 class SqliteWriter final : public Destination {
 public:
     /// Opens (creating if needed) the database at `path` on a new writer thread. Suspends.
-    /// Throws DestinationError naming the path.
-    static io::Task<std::unique_ptr<SqliteWriter>> open(std::string path);
+    /// Throws DestinationError naming the path. `deletes`: see SqliteDestination.
+    static io::Task<std::unique_ptr<SqliteWriter>> open(std::string path,
+                                                        Deletes deletes = Deletes::Hard);
     ~SqliteWriter() override;
 
     std::string describe() const override { return "sqlite:" + path_; }

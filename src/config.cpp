@@ -451,12 +451,6 @@ void read_destination(const Section& s, DestinationConfig& destination) {
         }
     }
     assign(destination.deletes, s.word("deletes", kDeletesWords));
-    if (destination.deletes == DestinationConfig::Deletes::Soft) {
-        // Refused rather than ignored: a user who asked to keep deleted rows must not lose them.
-        s.fail("deletes", *s.find("deletes"),
-               "= \"soft\" is not supported yet (rows deleted on the source are deleted in the "
-               "destination); remove the key or set it to \"hard\"");
-    }
 }
 
 void read_snapshot(const Section& s, SnapshotConfig& snapshot) {

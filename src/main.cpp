@@ -42,6 +42,9 @@ pgtide::replicate::RunOptions run_options(const pgtide::app::Config& c,
     } else {
         o.sqlite_path = c.destination.sqlite_path();
     }
+    o.deletes = c.destination.deletes == pgtide::app::DestinationConfig::Deletes::Soft
+                    ? pgtide::replicate::Deletes::Soft
+                    : pgtide::replicate::Deletes::Hard;
     o.parallel_tables = c.snapshot.parallel_tables;
     o.page_rows = c.snapshot.page_rows;
     o.batch_rows = c.snapshot.batch_rows;

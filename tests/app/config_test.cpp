@@ -107,7 +107,7 @@ reconnect_deadline = "5m"
 
 [destination]
 url = "postgresql://replica.internal/app"
-deletes = "hard"
+deletes = "soft"
 
 [snapshot]
 parallel_tables = 8
@@ -158,7 +158,7 @@ name = "customers"
     expected.source.existing_slot = SourceConfig::ExistingSlot::RestartSnapshot;
     expected.source.reconnect_deadline = 5min;
     expected.destination.url = "postgresql://replica.internal/app";
-    expected.destination.deletes = DestinationConfig::Deletes::Hard;
+    expected.destination.deletes = DestinationConfig::Deletes::Soft;
     expected.snapshot = SnapshotConfig{.parallel_tables = 8,
                                        .page_rows = 4096,
                                        .batch_rows = 1000,
@@ -275,11 +275,6 @@ TEST(ConfigError, UnknownWordsListTheAllowedOnes) {
     EXPECT_EQ(
         parse_error("[destination]\ndeletes = \"HARD\"\n"),
         R"(destination.deletes must be one of "hard", "soft" (found "HARD") at pgtide.toml:2)");
-    // Soft deletes are not built: refused, never silently applied as hard deletes.
-    EXPECT_EQ(parse_error("[destination]\ndeletes = \"soft\"\n"),
-              R"(destination.deletes = "soft" is not supported yet (rows deleted on the source )"
-              R"(are deleted in the destination); remove the key or set it to "hard" at )"
-              "pgtide.toml:2");
     EXPECT_EQ(parse_error("[stream]\nlarge_transactions = \"spool\"\n"),
               R"(stream.large_transactions must be one of "stream", "off" (found "spool") at )"
               "pgtide.toml:2");
