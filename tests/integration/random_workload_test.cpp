@@ -479,9 +479,13 @@ class RandomWorkload : public ReplicationTest, public ::testing::WithParamInterf
 protected:
     std::string config_path() const { return (dir_ / "pgtide.toml").string(); }
 
-    /// The "postgresql" parameter replays the workload into a PostgreSQL destination (a second
+    /// The "postgresql" parameters replay the workload into a PostgreSQL destination (a second
     /// database of the same server); the others into SQLite, with that large_transactions.
-    bool postgres() const { return std::string(GetParam()) == "postgresql"; }
+    /// "…soft": with soft deletes (only the rows not marked deleted are compared, and rows
+    /// marked deleted must be gone from the source).
+    bool postgres() const { return param().rfind("postgresql", 0) == 0; }
+    bool soft() const { return param().ends_with("soft"); }
+    std::string param() const { return GetParam(); }
 
     std::string dest_url() const {
         return "postgresql://postgres@/" + dest_db_ + "?host=" + pg().socket_dir() +
@@ -500,14 +504,15 @@ protected:
         }
     }
 
-    void write_config(const std::string& large_transactions) {
+    void write_config() {
+        const std::string large_transactions = soft() ? "" : param();
         if (postgres()) {
             dest_db_ = pg().create_database();
         }
         std::ofstream f(config_path());
         f << "[source]\ndsn = \"" << dsn() << "\"\npublications = [\"pub\"]\nslot = \"" << slot()
           << "\"\n[destination]\nurl = \"" << (postgres() ? dest_url() : "sqlite:" + sqlite_path_)
-          << "\"\n";
+          << "\"\n" << (soft() ? "deletes = \"soft\"\n" : "");
         if (!large_transactions.empty() && !postgres()) {
             f << "[stream]\nlarge_transactions = \"" << large_transactions << "\"\n";
         }
@@ -533,11 +538,19 @@ protected:
 
     // Every row of every table, as sorted multisets (text keys sort differently in SQLite).
     void expect_tables_equal() const {
+        // Soft deletes: the live rows equal the source's (a row marked deleted cannot hide a
+        // live one: each key has one row).
+        const std::string live = soft() ? " WHERE _pgtide_deleted = 0" : "";
+        std::int64_t marked = 0;
         for (const Comparison& c : kComparisons) {
             Rows want = query(c.source_sql);
             // PostgreSQL keeps the source's types: the source's query reads it the same way.
-            Rows got = postgres() ? pg().query(dest_db_, c.source_sql)
-                                  : SqliteFile(sqlite_path_).rows(c.dest_sql);
+            Rows got = postgres() ? pg().query(dest_db_, c.source_sql + live)
+                                  : SqliteFile(sqlite_path_).rows(c.dest_sql + live);
+            if (soft()) {
+                marked += std::stoll(*destination_value(std::string("SELECT count(*) FROM ") +
+                                                        c.table + " WHERE _pgtide_deleted = 1"));
+            }
             std::sort(want.begin(), want.end());
             std::sort(got.begin(), got.end());
             if (want == got) {
@@ -563,6 +576,9 @@ protected:
                           << "different, " << extra.size() << " destination rows extra or "
                           << "different" << detail;
         }
+        if (soft()) {
+            EXPECT_GT(marked, 0) << "the workload deletes rows: some must be marked deleted";
+        }
     }
 
     std::string dest_db_; ///< the PostgreSQL destination database, when postgres()
@@ -583,7 +599,7 @@ TEST_P(RandomWorkload, DestinationEqualsSourceRowByRow) {
     Workload w(session, seed);
     w.initial_rows(500);
     session.exec("CREATE PUBLICATION pub FOR TABLE w_big, w_text, w_comp, w_uuid, w_misc");
-    write_config(GetParam());
+    write_config();
 
     // Part 1, while `pgtide run` streams: random transactions, one of 20,000 rows, a truncate,
     // an added column.
@@ -663,7 +679,7 @@ TEST_P(RandomWorkload, DestinationEqualsSourceRowByRow) {
 }
 
 INSTANTIATE_TEST_SUITE_P(LargeTransactions, RandomWorkload,
-                         ::testing::Values("", "off", "postgresql"),
+                         ::testing::Values("", "off", "postgresql", "soft", "postgresql_soft"),
                          [](const ::testing::TestParamInfo<const char*>& param) {
                              return std::string(*param.param ? param.param : "default");
                          });
