@@ -2,6 +2,7 @@
 // the source (deletes, truncates, the old key of a key change) stay in the destination marked
 // `_pgtide_deleted = 1`, with the values they had; the live rows equal the source row by row;
 // a table copied anew keeps its deleted rows; hard deletes refuse a table that has them.
+#include <csignal>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -42,8 +43,9 @@ protected:
 
     std::string config_path() const { return (dir_ / "pgtide.toml").string(); }
 
-    /// pgtide.toml for publication "pub" into this test's destination; soft deletes or not.
-    void write_config(bool soft) {
+    /// pgtide.toml for publication "pub" into this test's destination; soft deletes or not;
+    /// then `tuning` (TOML sections).
+    void write_config(bool soft, const std::string& tuning = "") {
         if (postgres() && dest_db_.empty()) {
             dest_db_ = pg().create_database();
         }
@@ -54,9 +56,10 @@ protected:
         std::ofstream f(config_path());
         f << "[source]\ndsn = \"" << dsn() << "\"\npublications = [\"pub\"]\nslot = \"" << slot()
           << "\"\n[destination]\nurl = \"" << url << "\"\n"
-          << (soft ? "deletes = \"soft\"\n" : "");
+          << (soft ? "deletes = \"soft\"\n" : "") << tuning;
     }
 
+    /// `command -c pgtide.toml`, with --once for "run".
     std::vector<std::string> args(std::string command) const {
         std::vector<std::string> a{std::move(command), "-c", config_path()};
         if (a[0] == "run") {
@@ -173,6 +176,60 @@ TEST_P(SoftDeletes, DeletedRowsStayMarkedAndLiveRowsEqualTheSource) {
     ASSERT_EQ(run_once(&err), 0) << err;
     expect_rows("SELECT id, v, big FROM t ORDER BY id", kLiveT, 1000 - 100 + 50 - 2 + 1);
     expect_rows("SELECT id, v, big FROM gone ORDER BY id", kDeletedT, 100 + 10 + 51 + 3 - 1);
+}
+
+// A copy anew (resync) of a table with rows marked deleted, killed with SIGKILL in the middle
+// and then finished by the next run, which goes on from where the copy got: the rows marked
+// deleted stay, through the first run's marks, the second's removal of the rows of chunks cut
+// short (PostgreSQL), and the end of the copy.
+TEST_P(SoftDeletes, CopyAnewKilledMidwayKeepsTheDeletedRows) {
+    exec("CREATE TABLE c (id bigint PRIMARY KEY, v text, n int);"
+         "INSERT INTO c SELECT g, 'c' || g, g FROM generate_series(1, 120000) g;"
+         "ANALYZE c;"
+         "CREATE TABLE gone (id bigint, v text, n int);"
+         "CREATE PUBLICATION pub FOR TABLE c");
+    write_config(true, "[snapshot]\nsplit_rows = 30000\nparallel_tables = 2\nbatch_rows = 500\n"
+                       "chunk_rows = 1000\ncommit_rows = 10000\n");
+    std::string err;
+    ASSERT_EQ(run_once(&err), 0) << err;
+    exec("INSERT INTO gone SELECT * FROM c WHERE id % 500 = 7; DELETE FROM c WHERE id % 500 = 7");
+    ASSERT_EQ(run_once(&err), 0) << err;
+    constexpr const char* kLive = "SELECT id, v, n FROM c WHERE _pgtide_deleted = 0 ORDER BY id";
+    constexpr const char* kDeleted = "SELECT id, v, n FROM c WHERE _pgtide_deleted = 1 ORDER BY id";
+    expect_rows("SELECT id, v, n FROM gone ORDER BY id", kDeleted, 240);
+
+    // `pgtide resync` with no pgtide running copies the table by itself: killed mid-copy.
+    std::vector<std::string> resync = args("resync");
+    resync.push_back("public.c");
+    const auto copied = [&]() -> long {
+        try {
+            const Rows r = dest_rows("SELECT rows_copied FROM _pgtide_tables WHERE source_table = "
+                                     "'public.c' AND state = 'copying'");
+            return r.size() == 1 && r[0][0] ? std::stol(*r[0][0]) : -1;
+        } catch (const std::exception&) {
+            return -1;
+        }
+    };
+    {
+        PgtideProcess p(resync);
+        ASSERT_TRUE(wait_for([&] { return copied() > 10000 || !p.running(); }))
+            << p.stderr_text();
+        ASSERT_TRUE(p.running()) << "the copy ended before it could be killed\n"
+                                 << p.stderr_text();
+        p.kill(SIGKILL);
+        p.wait();
+    }
+    ASSERT_LT(copied(), 120000 - 240) << "c was not copying when killed";
+    // Deleted while stopped, copied by the next run: marked too.
+    exec("INSERT INTO gone SELECT * FROM c WHERE id % 1000 = 3; DELETE FROM c WHERE id % 1000 = 3");
+    std::string log;
+    ASSERT_EQ(run_once(&log), 0) << log;
+    EXPECT_NE(log.find("resuming a table's copy"), std::string::npos) << log;
+    if (postgres()) {
+        EXPECT_NE(log.find("removed the rows of the chunks"), std::string::npos) << log;
+    }
+    expect_rows("SELECT id, v, n FROM c ORDER BY id", kLive, 120000 - 240 - 120);
+    expect_rows("SELECT id, v, n FROM gone ORDER BY id", kDeleted, 240 + 120);
 }
 
 INSTANTIATE_TEST_SUITE_P(Destinations, SoftDeletes, ::testing::Values("sqlite", "postgresql"),
