@@ -176,6 +176,18 @@ TEST_P(SoftDeletes, DeletedRowsStayMarkedAndLiveRowsEqualTheSource) {
     ASSERT_EQ(run_once(&err), 0) << err;
     expect_rows("SELECT id, v, big FROM t ORDER BY id", kLiveT, 1000 - 100 + 50 - 2 + 1);
     expect_rows("SELECT id, v, big FROM gone ORDER BY id", kDeletedT, 100 + 10 + 51 + 3 - 1);
+
+    // A new epoch (--resnapshot) copies every table anew: the rows marked deleted stay, and the
+    // row deleted while stopped, whose delete the new epoch never streams, is found gone.
+    exec("INSERT INTO gone SELECT id, v, big FROM t WHERE id = 700; DELETE FROM t WHERE id = 700");
+    std::vector<std::string> resnapshot = args("run");
+    resnapshot.push_back("--resnapshot");
+    ASSERT_EQ(PgtideProcess::run(resnapshot, &out, &err), 0) << out << err;
+    EXPECT_EQ(dest_rows("SELECT epoch FROM _pgtide_checkpoint"), Rows{{"2"}});
+    expect_rows("SELECT id, v, big FROM t ORDER BY id", kLiveT, 1000 - 100 + 50 - 2 + 1 - 1);
+    expect_rows("SELECT id, v, big FROM gone ORDER BY id", kDeletedT, 100 + 10 + 51 + 3 - 1 + 1);
+    expect_rows("SELECT k, label FROM w ORDER BY k", kLiveW, 2);
+    expect_rows("SELECT k, label FROM gone_w ORDER BY k", kDeletedW, 49);
 }
 
 // A copy anew (resync) of a table with rows marked deleted, killed with SIGKILL in the middle
