@@ -37,8 +37,8 @@ struct RunOptions {
     bool temporary_slot = false;
     bool existing_slot_restart = false; ///< existing_slot = "restart_snapshot"
     std::optional<std::chrono::milliseconds> reconnect_deadline;
-    std::string sqlite_path;  ///< the destination when postgres_url is empty
-    std::string postgres_url; ///< a PostgreSQL destination (postgresql://…)
+    std::string sqlite_path;         ///< the destination when postgres_url is empty
+    std::string postgres_url;        ///< a PostgreSQL destination (postgresql://…)
     Deletes deletes = Deletes::Hard; ///< destination.deletes
     // [snapshot]
     int parallel_tables = 4;

@@ -460,9 +460,8 @@ PostgresDestination::open(std::string url, std::string application_name,
                                    e.what());
     }
     const std::string target = conn->target();
-    std::unique_ptr<PostgresDestination> dest(
-        new PostgresDestination(std::move(*conn), target, url, application_name, copy_commit_rows,
-                                deletes));
+    std::unique_ptr<PostgresDestination> dest(new PostgresDestination(
+        std::move(*conn), target, url, application_name, copy_commit_rows, deletes));
     co_await dest->run(kCreateMetadata, "creating the metadata tables (_pgtide_checkpoint, "
                                         "_pgtide_tables, _pgtide_tombstones in schema public)");
     co_return dest;
@@ -803,7 +802,8 @@ io::Task<void> PostgresDestination::ensure_table(const schema::Table& table, Ret
         if (c.name == "_pgtide_lsn" || c.name == "_pgtide_deleted") {
             throw DestinationError(DestinationErrorKind::Schema, 0,
                                    describe() + ": column \"" + c.name + "\" of " +
-                                       table.qualified() + " collides with a column pgtide reserves");
+                                       table.qualified() +
+                                       " collides with a column pgtide reserves");
         }
     }
     io::PgResult ns = co_await run_params("SELECT 1 FROM pg_namespace WHERE nspname = $1",
@@ -1378,8 +1378,8 @@ io::Task<void> PostgresDestination::commit_lane(PostgresDestination* self, CopyL
         co_await lane->conn->exec(owned ? "COMMIT" : "ROLLBACK");
     } catch (const io::PgError& e) {
         self->fail(e, finish.empty() ? "committing the rows copied into " + lane->target
-                                    : "adding the primary key of " + lane->target +
-                                          " after its copy (on the copy's own connection)");
+                                     : "adding the primary key of " + lane->target +
+                                           " after its copy (on the copy's own connection)");
     }
     if (!owned) {
         throw DefiniteError(ExitCode::Fenced,
@@ -1665,9 +1665,8 @@ PostgresDestination::merge_statements(const schema::Table& table) {
         }
         return "MERGE INTO " + target + " AS d USING " + rows + " ON " + on +
                " WHEN MATCHED AND d." + kLsnColumn + " <= s._v::bigint THEN UPDATE SET " +
-               matched_set + mark + kLsnColumn +
-               " = s._v::bigint WHEN NOT MATCHED THEN INSERT (" + insert_list + kLsnColumn +
-               ") VALUES (" + insert_values + "s._v::bigint)";
+               matched_set + mark + kLsnColumn + " = s._v::bigint WHEN NOT MATCHED THEN INSERT (" +
+               insert_list + kLsnColumn + ") VALUES (" + insert_values + "s._v::bigint)";
     };
     const bool soft = deletes_ == Deletes::Soft;
     std::string upsert = upsert_sql(soft ? "0" : "");
@@ -1688,13 +1687,12 @@ PostgresDestination::merge_statements(const schema::Table& table) {
         where += "d." + quote_identifier(table.columns[c].name) + " = s." + alias +
                  "::" + type_of(table, c) + " AND ";
     }
-    const std::string change =
-        deletes_ == Deletes::Soft
-            ? "UPDATE " + target + " AS d SET " + kDeletedColumn + " = 1, " + kLsnColumn +
-                  " = s._v::bigint FROM"
-            : "DELETE FROM " + target + " AS d USING";
-    std::string remove = change + " ROWS FROM (" + key_unnest +
-                         "pg_catalog.unnest($" + std::to_string(table.key_columns.size() + 1) +
+    const std::string change = deletes_ == Deletes::Soft
+                                   ? "UPDATE " + target + " AS d SET " + kDeletedColumn + " = 1, " +
+                                         kLsnColumn + " = s._v::bigint FROM"
+                                   : "DELETE FROM " + target + " AS d USING";
+    std::string remove = change + " ROWS FROM (" + key_unnest + "pg_catalog.unnest($" +
+                         std::to_string(table.key_columns.size() + 1) +
                          "::pg_catalog.int8[])) AS s(" + key_aliases + "_v) WHERE " + where + "d." +
                          kLsnColumn + " <= s._v::bigint";
     if (!copying_.empty()) {

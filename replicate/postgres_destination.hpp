@@ -38,6 +38,11 @@
 //    becomes an INSERT … SELECT from the old key's row, after what came before it in the batch.
 //  * Tombstones are not recorded: stream changes never meet a copy that is still running (the
 //    applier's stream starts after the snapshot), which is the only case they exist for.
+//  * Soft deletes (Deletes::Soft): deletes and truncates are UPDATEs that mark rows
+//    `_pgtide_deleted = 1` at their version; upserts set it to 0; an upsert and then a delete
+//    of one key in a batch is written marked deleted (Merge::upsert_deleted). Emptying a table
+//    for its copy marks its rows instead (mark_deleted); table_copied removes the marked rows
+//    whose key the copy brought again before it adds the key back.
 #pragma once
 
 #include <cstdint>
@@ -62,9 +67,10 @@ public:
     /// server and database.
     /// A table copied through a connection of its own (CopyLane) commits every
     /// `copy_commit_rows` rows. `deletes`: what a stream delete does (destination.hpp).
-    static io::Task<std::unique_ptr<PostgresDestination>>
-    open(std::string url, std::string application_name, std::int64_t copy_commit_rows,
-         Deletes deletes = Deletes::Hard);
+    static io::Task<std::unique_ptr<PostgresDestination>> open(std::string url,
+                                                               std::string application_name,
+                                                               std::int64_t copy_commit_rows,
+                                                               Deletes deletes = Deletes::Hard);
 
     std::string describe() const override { return "postgresql destination (" + target_ + ")"; }
     io::Task<std::optional<Checkpoint>> load_checkpoint(std::string slot) override;

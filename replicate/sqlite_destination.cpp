@@ -713,10 +713,9 @@ void SqliteDestination::copy_rows(const schema::Table& table, const std::vector<
         if (!s.copy_untombstoned) {
             s.copy_untombstoned = prepare(versioned_insert_sql(table, deletes_, true, false),
                                           "preparing the copy of " + table.target);
-            s.copy_many = prepare(
-                versioned_insert_sql(table, deletes_, true, false,
-                                     rows_per_copy_statement(db_.get(), table)),
-                "preparing the copy of " + table.target);
+            s.copy_many = prepare(versioned_insert_sql(table, deletes_, true, false,
+                                                       rows_per_copy_statement(db_.get(), table)),
+                                  "preparing the copy of " + table.target);
         }
         std::size_t done = 0;
         const auto many =
@@ -922,8 +921,8 @@ void SqliteDestination::truncate(const schema::Table& table, schema::Lsn version
                                    ? "UPDATE " + quote_identifier(table.target) + " SET " +
                                          quote_identifier(kDeletedColumn) + " = 1, " + lsn + " = ?1"
                                    : "DELETE FROM " + quote_identifier(table.target);
-    Statement stmt = prepare(change + " WHERE " + lsn + " <= ?1",
-                             "preparing the truncate of " + table.target);
+    Statement stmt =
+        prepare(change + " WHERE " + lsn + " <= ?1", "preparing the truncate of " + table.target);
     bind_int(stmt.get(), 1, lsn_to_int(version));
     step(stmt.get(), "truncating", table.target);
     if (record_tombstone) {

@@ -16,6 +16,10 @@
 // rely on one invariant that these rules keep: when a row exists at version v, no tombstone of
 // its key (nor of its table) is above v. So each row costs one statement: an
 // `INSERT … SELECT … WHERE NOT EXISTS (tombstone) ON CONFLICT DO UPDATE … WHERE version`.
+//
+// Soft deletes (Deletes::Soft): a delete or truncate marks the row `_pgtide_deleted = 1` at L
+// (an UPDATE under the same conditions); an upsert sets it to 0. Emptying a table for its copy
+// marks its rows deleted, versions kept; the copy's versioned upserts replace those it finds.
 #pragma once
 
 #include <cstdint>
@@ -63,8 +67,9 @@ public:
     /// `_pgtide_lsn INTEGER NOT NULL` (soft deletes: and `_pgtide_deleted INTEGER NOT NULL
     /// DEFAULT 0`). When it exists: adds missing columns (`_pgtide_deleted` too, soft deletes);
     /// refuses (kind Schema) a different key, a column whose declared type differs, a table
-    /// without `_pgtide_lsn`, or, with hard deletes, one with `_pgtide_deleted`. Names compare as SQLite does (ASCII case-insensitive). Forgets the
-    /// table's cached statements. Runs in the current transaction, if any.
+    /// without `_pgtide_lsn`, or, with hard deletes, one with `_pgtide_deleted`. Names compare as
+    /// SQLite does (ASCII case-insensitive). Forgets the table's cached statements. Runs in the
+    /// current transaction, if any.
     void ensure_table(const schema::Table& table);
 
     /// BEGIN IMMEDIATE (waits up to the busy timeout for the write lock).
@@ -88,8 +93,8 @@ public:
     void upsert(const schema::Table& table, const schema::Row& row, schema::Lsn version);
 
     /// A stream delete at L of `key` (values in `table.key_columns` order): deletes the row iff
-    /// L >= its version (soft deletes: marks it deleted at L). With `record_tombstone`, tombstones the key at L (raising an existing
-    /// tombstone to max(t, L)) whether or not a row was deleted.
+    /// L >= its version (soft deletes: marks it deleted at L). With `record_tombstone`, tombstones
+    /// the key at L (raising an existing tombstone to max(t, L)) whether or not a row was deleted.
     void remove(const schema::Table& table, const schema::Row& key, schema::Lsn version,
                 bool record_tombstone);
 

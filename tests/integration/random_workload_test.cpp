@@ -512,7 +512,8 @@ protected:
         std::ofstream f(config_path());
         f << "[source]\ndsn = \"" << dsn() << "\"\npublications = [\"pub\"]\nslot = \"" << slot()
           << "\"\n[destination]\nurl = \"" << (postgres() ? dest_url() : "sqlite:" + sqlite_path_)
-          << "\"\n" << (soft() ? "deletes = \"soft\"\n" : "");
+          << "\"\n"
+          << (soft() ? "deletes = \"soft\"\n" : "");
         if (!large_transactions.empty() && !postgres()) {
             f << "[stream]\nlarge_transactions = \"" << large_transactions << "\"\n";
         }

@@ -49,10 +49,10 @@ protected:
         if (postgres() && dest_db_.empty()) {
             dest_db_ = pg().create_database();
         }
-        const std::string url =
-            postgres() ? "postgresql://postgres@/" + dest_db_ + "?host=" + pg().socket_dir() +
-                             "&port=" + std::to_string(pg().port())
-                       : "sqlite:" + sqlite_path_;
+        const std::string url = postgres() ? "postgresql://postgres@/" + dest_db_ +
+                                                 "?host=" + pg().socket_dir() +
+                                                 "&port=" + std::to_string(pg().port())
+                                           : "sqlite:" + sqlite_path_;
         std::ofstream f(config_path());
         f << "[source]\ndsn = \"" << dsn() << "\"\npublications = [\"pub\"]\nslot = \"" << slot()
           << "\"\n[destination]\nurl = \"" << url << "\"\n"
@@ -118,7 +118,8 @@ TEST_P(SoftDeletes, DeletedRowsStayMarkedAndLiveRowsEqualTheSource) {
     // Deletes, updates leaving `big` unchanged, key changes (some of rows whose `big` is out of
     // line), a delete and an insert of one key in one transaction, rows inserted and deleted
     // between two runs, and a truncate followed by inserts, one of a key the truncate removed.
-    exec("INSERT INTO gone SELECT id, v, big FROM t WHERE id <= 100; DELETE FROM t WHERE id <= 100");
+    exec(
+        "INSERT INTO gone SELECT id, v, big FROM t WHERE id <= 100; DELETE FROM t WHERE id <= 100");
     exec("UPDATE t SET v = 'updated ' || id WHERE id BETWEEN 101 AND 200");
     exec("INSERT INTO gone SELECT id, v, big FROM t WHERE id BETWEEN 201 AND 210;"
          "UPDATE t SET id = id + 10000 WHERE id BETWEEN 201 AND 210");
@@ -224,10 +225,8 @@ TEST_P(SoftDeletes, CopyAnewKilledMidwayKeepsTheDeletedRows) {
     };
     {
         PgtideProcess p(resync);
-        ASSERT_TRUE(wait_for([&] { return copied() > 10000 || !p.running(); }))
-            << p.stderr_text();
-        ASSERT_TRUE(p.running()) << "the copy ended before it could be killed\n"
-                                 << p.stderr_text();
+        ASSERT_TRUE(wait_for([&] { return copied() > 10000 || !p.running(); })) << p.stderr_text();
+        ASSERT_TRUE(p.running()) << "the copy ended before it could be killed\n" << p.stderr_text();
         p.kill(SIGKILL);
         p.wait();
     }
