@@ -194,10 +194,22 @@ DestinationView read_destination(const std::string& path, const std::string& slo
                 continue;
             }
             const std::string what = "counting the rows of " + t.progress.target_table;
-            Statement s = r.prepare(
-                "SELECT count(*) FROM " + schema::quote_identifier(t.progress.target_table), what);
+            Statement soft = r.prepare("SELECT count(*) FROM pragma_table_info(?1) WHERE name = "
+                                       "'_pgtide_deleted'",
+                                       what);
+            sqlite3_bind_text(soft.get(), 1, t.progress.target_table.c_str(), -1, SQLITE_TRANSIENT);
+            const bool marks =
+                r.step(soft.get(), what) == SQLITE_ROW && sqlite3_column_int64(soft.get(), 0) == 1;
+            Statement s =
+                r.prepare(std::string("SELECT count(*), ") +
+                              (marks ? "count(*) FILTER (WHERE \"_pgtide_deleted\" = 1)" : "NULL") +
+                              " FROM " + schema::quote_identifier(t.progress.target_table),
+                          what);
             if (r.step(s.get(), what) == SQLITE_ROW) {
                 t.rows = sqlite3_column_int64(s.get(), 0);
+                if (marks) {
+                    t.rows_deleted = sqlite3_column_int64(s.get(), 1);
+                }
             }
         }
     }
@@ -313,8 +325,19 @@ io::Task<DestinationView> read_postgres_destination(std::string url, std::string
             if (exists.get(0, 0) != "t") {
                 continue;
             }
-            io::PgResult n = co_await conn->exec("SELECT count(*) FROM " + target);
+            io::PgResult soft = co_await conn->exec_params(
+                "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = "
+                "'_pgtide_deleted' AND NOT attisdropped",
+                target_param);
+            const bool marks = soft.rows() == 1;
+            io::PgResult n = co_await conn->exec(
+                std::string("SELECT count(*), ") +
+                (marks ? "count(*) FILTER (WHERE \"_pgtide_deleted\" = 1)" : "NULL") + " FROM " +
+                target);
             t.rows = std::stoll(std::string(n.get(0, 0)));
+            if (marks) {
+                t.rows_deleted = std::stoll(std::string(n.get(0, 1)));
+            }
         }
     }
     co_await conn->exec("COMMIT");

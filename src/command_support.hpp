@@ -19,6 +19,9 @@ namespace pgtide::app {
 struct DestinationTable {
     replicate::TableProgress progress;
     std::optional<std::int64_t> rows; ///< count(*) of the target table; nullopt when it is missing
+    /// Of `rows`, those marked `_pgtide_deleted = 1`; nullopt when the table has no such column
+    /// (hard deletes) or is missing.
+    std::optional<std::int64_t> rows_deleted;
 };
 
 /// What a destination file holds for one slot, read in one read transaction.

@@ -160,7 +160,8 @@ std::string format_status(const StatusReport& r, bool json) {
                  ",\"epoch\":" + std::to_string(t.progress.epoch) +
                  ",\"copy_lsn\":" + json_quote(t.progress.copy_lsn.str()) +
                  ",\"rows_copied\":" + std::to_string(t.progress.rows_copied) +
-                 ",\"rows\":" + json_opt_int(t.rows);
+                 ",\"rows\":" + json_opt_int(t.rows) +
+                 ",\"rows_deleted\":" + json_opt_int(t.rows_deleted);
             const auto ranges = ranges_done(t.progress.copy_key);
             o += ",\"key_ranges_done\":" +
                  json_opt_int(ranges ? std::optional(ranges->first) : std::nullopt) +
@@ -235,6 +236,8 @@ std::string format_status(const StatusReport& r, bool json) {
                                " key ranges done, "
                          : std::string()) +
                  (t.rows ? std::to_string(*t.rows) + " rows now" : std::string("table missing")) +
+                 (t.rows_deleted ? " (" + std::to_string(*t.rows_deleted) + " marked deleted)"
+                                 : std::string()) +
                  "\n";
         }
     }

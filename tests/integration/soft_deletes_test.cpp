@@ -134,6 +134,15 @@ TEST_P(SoftDeletes, DeletedRowsStayMarkedAndLiveRowsEqualTheSource) {
     expect_rows("SELECT id, v, big FROM gone ORDER BY id", kDeletedT, 100 + 10 + 51);
     expect_rows("SELECT k, label FROM w ORDER BY k", kLiveW, 2);
     expect_rows("SELECT k, label FROM gone_w ORDER BY k", kDeletedW, 49);
+    // `pgtide status` tells how many rows are marked deleted.
+    std::string out;
+    ASSERT_EQ(PgtideProcess::run(args("status"), &out, &err), 0) << out << err;
+    EXPECT_NE(out.find("1111 rows now (161 marked deleted)"), std::string::npos) << out;
+    EXPECT_NE(out.find("51 rows now (49 marked deleted)"), std::string::npos) << out;
+    std::vector<std::string> status_json = args("status");
+    status_json.push_back("--json");
+    ASSERT_EQ(PgtideProcess::run(status_json, &out, &err), 0) << out << err;
+    EXPECT_NE(out.find("\"rows\":1111,\"rows_deleted\":161"), std::string::npos) << out;
     // Marked at the version of their delete, which is past the snapshot.
     for (const char* table : {"t", "w"}) {
         EXPECT_EQ(dest_rows(std::string("SELECT count(*) FROM ") + table +
@@ -151,7 +160,6 @@ TEST_P(SoftDeletes, DeletedRowsStayMarkedAndLiveRowsEqualTheSource) {
     exec("UPDATE t SET v = 'after ' || id WHERE id BETWEEN 500 AND 510");
     std::vector<std::string> resync = args("resync");
     resync.push_back("public.t");
-    std::string out;
     ASSERT_EQ(PgtideProcess::run(resync, &out, &err), 0) << out << err;
     ASSERT_EQ(run_once(&err), 0) << err;
     expect_rows("SELECT id, v, big FROM t ORDER BY id", kLiveT, 1000 - 100 + 50 - 1);
