@@ -998,6 +998,15 @@ io::Task<void> PostgresDestination::empty_tables(std::vector<schema::Table> tabl
 
 io::Task<void> PostgresDestination::mark_deleted(const schema::Table& table) {
     const std::string target = target_sql(table);
+    const CopyTarget found = co_await copy_target(target);
+    if (!found.key) {
+        // A copy of it was cut short: its rows were marked when that copy began (in the
+        // transaction that dropped the key), and its live rows are the copy's, which the new
+        // copy reads again. Marked, they could be a key's second marked row.
+        co_await run(std::string("DELETE FROM ") + target + " WHERE " + kDeletedColumn + " = 0",
+                     "removing the rows of " + target + " that a copy cut short left");
+        co_return;
+    }
     co_await run(std::string("UPDATE ") + target + " SET " + kDeletedColumn + " = 1 WHERE " +
                      kDeletedColumn + " = 0",
                  "marking the rows of " + target + " deleted before its copy");

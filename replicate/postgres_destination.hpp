@@ -230,7 +230,8 @@ private:
     io::Task<void> prepare_for_copy(const schema::Table& table);
     /// Soft deletes, before a copy of `table`: marks its live rows deleted, versions kept
     /// (destination.hpp's Deletes::Soft). Its copy's rows come in beside them; table_copied
-    /// removes those the copy found again before it adds the key.
+    /// removes those the copy found again before it adds the key. A table without its key (a
+    /// copy of it cut short) instead loses its live rows, that copy's.
     io::Task<void> mark_deleted(const schema::Table& table);
     /// What prepare_for_copy and table_copied change about a copy's target table.
     struct CopyTarget {

@@ -220,6 +220,7 @@ TEST_P(SoftDeletes, CopyAnewKilledMidwayKeepsTheDeletedRows) {
     expect_rows("SELECT id, v, n FROM gone ORDER BY id", kDeleted, 240);
 
     // `pgtide resync` with no pgtide running copies the table by itself: killed mid-copy.
+    std::string out;
     std::vector<std::string> resync = args("resync");
     resync.push_back("public.c");
     const auto copied = [&]() -> long {
@@ -249,6 +250,30 @@ TEST_P(SoftDeletes, CopyAnewKilledMidwayKeepsTheDeletedRows) {
     }
     expect_rows("SELECT id, v, n FROM c ORDER BY id", kLive, 120000 - 240 - 120);
     expect_rows("SELECT id, v, n FROM gone ORDER BY id", kDeleted, 240 + 120);
+
+    // A new epoch killed mid-copy, then a key it had copied deleted on the source, then a new
+    // epoch again: the first epoch's copied row of that key, marked by the second, must not
+    // stay beside the key's older marked row (into PostgreSQL, that would fail the key).
+    std::vector<std::string> resnapshot = args("run");
+    resnapshot.push_back("--resnapshot");
+    std::string copied_key;
+    {
+        PgtideProcess p(resnapshot);
+        ASSERT_TRUE(wait_for([&] { return copied() > 10000 || !p.running(); }))
+            << p.stderr_text();
+        ASSERT_TRUE(p.running()) << "the copy ended before it could be killed\n"
+                                 << p.stderr_text();
+        p.kill(SIGKILL);
+        p.wait();
+        const Rows live = dest_rows("SELECT max(id) FROM c WHERE _pgtide_deleted = 0");
+        ASSERT_TRUE(live.size() == 1 && live[0][0]) << "the killed epoch copied nothing";
+        copied_key = *live[0][0];
+    }
+    exec("INSERT INTO gone SELECT * FROM c WHERE id = " + copied_key +
+         "; DELETE FROM c WHERE id = " + copied_key);
+    ASSERT_EQ(PgtideProcess::run(resnapshot, &out, &log), 0) << log;
+    expect_rows("SELECT id, v, n FROM c ORDER BY id", kLive, 120000 - 240 - 120 - 1);
+    expect_rows("SELECT id, v, n FROM gone ORDER BY id", kDeleted, 240 + 120 + 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Destinations, SoftDeletes, ::testing::Values("sqlite", "postgresql"),
