@@ -551,6 +551,10 @@ io::Task<Followed> follow_publications(PublicationFollower f,
     io::Channel<ApplyWork> channel(std::size_t(2 * std::max(1, o.parallel_tables)));
     co_await io::when_all(produce_copy(&copier, &channel), consume(f.applier, &channel));
     co_await f.applier->complete_table_copies();
+    // How the copy read its tables: keyset pages, or unordered chunks (PostgreSQL destinations).
+    io::log_info("tables copied alone",
+                 {{"tables", std::to_string(joined.size())},
+                  {"chunks_read", std::to_string(copier.stats().chunks_read)}});
     copy_conn.connection().close(); // the temporary slot goes with it
     for (const SourceTable& st : joined) {
         copied_at[st.table.qualified()] = created.consistent_lsn;
@@ -1031,7 +1035,8 @@ io::Task<RunSummary> Coordinator::run_phases() {
                 co_await applier.complete_snapshot();
                 io::log_info("snapshot complete",
                              {{"epoch", std::to_string(epoch)},
-                              {"rows", std::to_string(applier.stats().rows_copied)}});
+                              {"rows", std::to_string(applier.stats().rows_copied)},
+                              {"chunks_read", std::to_string(copier.stats().chunks_read)}});
             } catch (...) {
                 error = std::current_exception();
             }
