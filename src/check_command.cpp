@@ -33,14 +33,28 @@ struct DestinationFacts {
     DestinationProbe probe;
     std::optional<replicate::Checkpoint> checkpoint;
     std::string read_error;
+    /// Target tables that have `_pgtide_deleted` (written with soft deletes).
+    std::vector<std::string> soft_tables;
 };
+
+std::vector<std::string> soft_tables(const DestinationView& view) {
+    std::vector<std::string> out;
+    for (const auto& t : view.tables) {
+        if (t.keeps_deleted) {
+            out.push_back(t.progress.target_table);
+        }
+    }
+    return out;
+}
 
 DestinationFacts inspect_destination(const std::string& path, const std::string& slot) {
     DestinationFacts f;
     f.probe = probe_destination(path);
     if (f.probe.ok && f.probe.file_exists) {
         try {
-            f.checkpoint = read_destination(path, slot, false).checkpoint;
+            const DestinationView view = read_destination(path, slot, false);
+            f.checkpoint = view.checkpoint;
+            f.soft_tables = soft_tables(view);
         } catch (const std::exception& e) {
             f.read_error = e.what();
         }
@@ -521,6 +535,7 @@ io::Task<CheckReport> run_check(Config config) {
                                  (view.has_metadata ? " answers and holds pgtide's tables"
                                                     : " answers; pgtide will create its tables");
             dest.checkpoint = view.checkpoint;
+            dest.soft_tables = soft_tables(view);
         } catch (...) {
             error = std::current_exception();
         }
@@ -554,6 +569,24 @@ io::Task<CheckReport> run_check(Config config) {
                                        : "; it has no checkpoint for slot " + slot + " yet";
         }
         report.verdicts.push_back(ok("destination", message));
+        const bool soft = config.destination.deletes == DestinationConfig::Deletes::Soft;
+        if (!soft && !dest.soft_tables.empty()) {
+            std::string names;
+            for (const std::string& t : dest.soft_tables) {
+                names += (names.empty() ? "" : ", ") + t;
+            }
+            report.verdicts.push_back(fail(
+                "deletes",
+                "destination tables " + names +
+                    " keep rows deleted on the source, marked in _pgtide_deleted (written with "
+                    "deletes = \"soft\"); with deletes = \"hard\", pgtide run refuses them",
+                "set destination.deletes = \"soft\", or drop those tables to copy them anew with "
+                "hard deletes",
+                ExitCode::Usage));
+        } else if (soft) {
+            report.verdicts.push_back(ok("deletes", "soft: rows deleted on the source stay in the "
+                                                    "destination, marked _pgtide_deleted = 1"));
+        }
     }
     co_await check_source(config, dest.checkpoint, &report.verdicts);
     co_return report;

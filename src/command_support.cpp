@@ -188,24 +188,26 @@ DestinationView read_destination(const std::string& path, const std::string& slo
             view.tables.push_back(std::move(t));
         }
     }
-    if (count_rows) {
-        for (auto& t : view.tables) {
-            if (!table_exists(r, t.progress.target_table)) {
-                continue;
-            }
-            const std::string what = "counting the rows of " + t.progress.target_table;
-            Statement soft = r.prepare("SELECT count(*) FROM pragma_table_info(?1) WHERE name = "
-                                       "'_pgtide_deleted'",
-                                       what);
-            sqlite3_bind_text(soft.get(), 1, t.progress.target_table.c_str(), -1, SQLITE_TRANSIENT);
-            const bool marks =
-                r.step(soft.get(), what) == SQLITE_ROW && sqlite3_column_int64(soft.get(), 0) == 1;
+    for (auto& t : view.tables) {
+        if (!table_exists(r, t.progress.target_table)) {
+            continue;
+        }
+        const std::string what = "reading the columns of " + t.progress.target_table;
+        Statement soft = r.prepare("SELECT count(*) FROM pragma_table_info(?1) WHERE name = "
+                                   "'_pgtide_deleted'",
+                                   what);
+        sqlite3_bind_text(soft.get(), 1, t.progress.target_table.c_str(), -1, SQLITE_TRANSIENT);
+        const bool marks =
+            r.step(soft.get(), what) == SQLITE_ROW && sqlite3_column_int64(soft.get(), 0) == 1;
+        t.keeps_deleted = marks;
+        if (count_rows) {
+            const std::string counting = "counting the rows of " + t.progress.target_table;
             Statement s =
                 r.prepare(std::string("SELECT count(*), ") +
                               (marks ? "count(*) FILTER (WHERE \"_pgtide_deleted\" = 1)" : "NULL") +
                               " FROM " + schema::quote_identifier(t.progress.target_table),
-                          what);
-            if (r.step(s.get(), what) == SQLITE_ROW) {
+                          counting);
+            if (r.step(s.get(), counting) == SQLITE_ROW) {
                 t.rows = sqlite3_column_int64(s.get(), 0);
                 if (marks) {
                     t.rows_deleted = sqlite3_column_int64(s.get(), 1);
@@ -309,35 +311,39 @@ io::Task<DestinationView> read_postgres_destination(std::string url, std::string
             view.tables.push_back(std::move(t));
         }
     }
-    if (count_rows) {
-        for (auto& t : view.tables) {
-            schema::Table probe;
-            const auto dot = t.progress.source_table.find('.');
-            probe.schema = t.progress.source_table.substr(0, dot);
-            probe.name = dot == std::string::npos ? t.progress.source_table
-                                                  : t.progress.source_table.substr(dot + 1);
-            probe.target = t.progress.target_table;
-            const std::string target = replicate::PostgresDestination::target_sql(probe);
-            std::vector<std::optional<std::string>> target_param;
-            target_param.emplace_back(target);
-            io::PgResult exists =
-                co_await conn->exec_params("SELECT to_regclass($1) IS NOT NULL", target_param);
-            if (exists.get(0, 0) != "t") {
-                continue;
-            }
-            io::PgResult soft = co_await conn->exec_params(
-                "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = "
-                "'_pgtide_deleted' AND NOT attisdropped",
-                target_param);
-            const bool marks = soft.rows() == 1;
-            io::PgResult n = co_await conn->exec(
-                std::string("SELECT count(*), ") +
-                (marks ? "count(*) FILTER (WHERE \"_pgtide_deleted\" = 1)" : "NULL") + " FROM " +
-                target);
-            t.rows = std::stoll(std::string(n.get(0, 0)));
-            if (marks) {
-                t.rows_deleted = std::stoll(std::string(n.get(0, 1)));
-            }
+    for (auto& t : view.tables) {
+        schema::Table probe;
+        const auto dot = t.progress.source_table.find('.');
+        probe.schema = t.progress.source_table.substr(0, dot);
+        probe.name = dot == std::string::npos ? t.progress.source_table
+                                              : t.progress.source_table.substr(dot + 1);
+        probe.target = t.progress.target_table;
+        const std::string target = replicate::PostgresDestination::target_sql(probe);
+        std::vector<std::optional<std::string>> target_param;
+        target_param.emplace_back(target);
+        io::PgResult exists =
+            co_await conn->exec_params("SELECT to_regclass($1) IS NOT NULL", target_param);
+        if (exists.get(0, 0) != "t") {
+            continue;
+        }
+        io::PgResult soft = co_await conn->exec_params(
+            "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = "
+            "'_pgtide_deleted' AND NOT attisdropped",
+            target_param);
+        const bool marks = soft.rows() == 1;
+        t.keeps_deleted = marks;
+        if (!count_rows) {
+            continue;
+        }
+        // Named first: GCC 12 mishandles temporaries built inside a co_await expression.
+        std::string count_sql =
+            std::string("SELECT count(*), ") +
+            (marks ? "count(*) FILTER (WHERE \"_pgtide_deleted\" = 1)" : "NULL") + " FROM " +
+            target;
+        io::PgResult n = co_await conn->exec(std::move(count_sql));
+        t.rows = std::stoll(std::string(n.get(0, 0)));
+        if (marks) {
+            t.rows_deleted = std::stoll(std::string(n.get(0, 1)));
         }
     }
     co_await conn->exec("COMMIT");

@@ -22,6 +22,8 @@ struct DestinationTable {
     /// Of `rows`, those marked `_pgtide_deleted = 1`; nullopt when the table has no such column
     /// (hard deletes) or is missing.
     std::optional<std::int64_t> rows_deleted;
+    /// The target table has `_pgtide_deleted`: it was written with soft deletes.
+    bool keeps_deleted = false;
 };
 
 /// What a destination file holds for one slot, read in one read transaction.

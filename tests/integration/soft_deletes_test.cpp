@@ -172,6 +172,13 @@ TEST_P(SoftDeletes, DeletedRowsStayMarkedAndLiveRowsEqualTheSource) {
     // the setting; nothing changes.
     write_config(false);
     exec("INSERT INTO gone SELECT id, v, big FROM t WHERE id = 600; DELETE FROM t WHERE id = 600");
+    // `pgtide check` says so before any run.
+    EXPECT_EQ(PgtideProcess::run(args("check"), &out, &err), 2) << out << err;
+    EXPECT_NE(out.find(std::string("FAIL deletes: destination tables ") +
+                       (postgres() ? "public.t, public.w" : "t, w") +
+                       " keep rows deleted on the source"),
+              std::string::npos)
+        << out;
     EXPECT_EQ(run_once(&err), 1);
     EXPECT_NE(err.find("_pgtide_deleted"), std::string::npos) << err;
     EXPECT_NE(err.find("deletes = \"soft\""), std::string::npos) << err;
@@ -181,6 +188,8 @@ TEST_P(SoftDeletes, DeletedRowsStayMarkedAndLiveRowsEqualTheSource) {
     // Soft again: goes on from where it stopped. A key deleted long ago is inserted again:
     // its row is live again, with the new values.
     write_config(true);
+    EXPECT_EQ(PgtideProcess::run(args("check"), &out, &err), 0) << out << err;
+    EXPECT_NE(out.find("soft: rows deleted on the source stay"), std::string::npos) << out;
     exec("INSERT INTO t VALUES (50, 'again', 'new'); DELETE FROM gone WHERE id = 50");
     ASSERT_EQ(run_once(&err), 0) << err;
     expect_rows("SELECT id, v, big FROM t ORDER BY id", kLiveT, 1000 - 100 + 50 - 2 + 1);
@@ -259,10 +268,8 @@ TEST_P(SoftDeletes, CopyAnewKilledMidwayKeepsTheDeletedRows) {
     std::string copied_key;
     {
         PgtideProcess p(resnapshot);
-        ASSERT_TRUE(wait_for([&] { return copied() > 10000 || !p.running(); }))
-            << p.stderr_text();
-        ASSERT_TRUE(p.running()) << "the copy ended before it could be killed\n"
-                                 << p.stderr_text();
+        ASSERT_TRUE(wait_for([&] { return copied() > 10000 || !p.running(); })) << p.stderr_text();
+        ASSERT_TRUE(p.running()) << "the copy ended before it could be killed\n" << p.stderr_text();
         p.kill(SIGKILL);
         p.wait();
         const Rows live = dest_rows("SELECT max(id) FROM c WHERE _pgtide_deleted = 0");
