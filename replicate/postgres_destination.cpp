@@ -960,9 +960,7 @@ io::Task<void> PostgresDestination::reset_tables(std::string slot,
         co_await run_params(std::string("DELETE FROM ") + kTombstonesTable +
                                 " WHERE target_table = $1",
                             params(t.target), "removing the tombstones of " + t.target);
-        if (deletes_ == Deletes::Soft) {
-            co_await mark_deleted(t);
-        } else {
+        if (deletes_ == Deletes::Hard) { // soft: prepare_for_copy marks the rows instead
             truncate += (truncate.empty() ? "TRUNCATE " : ", ") + target_sql(t);
         }
     }
@@ -987,29 +985,12 @@ io::Task<void> PostgresDestination::empty_tables(std::vector<schema::Table> tabl
             // Its rows stay: a changed column type converts their values (Retype::Cast), and
             // stops the run, naming the column, where they do not convert.
             co_await ensure_table(t, Retype::Cast); // the source's columns as they are now
-            co_await mark_deleted(t);
         } else {
             co_await run("TRUNCATE " + target_sql(t), "emptying " + t.target + " for its copy");
             co_await ensure_table(t, Retype::Empty); // the source's columns as they are now
         }
         co_await prepare_for_copy(t);
     }
-}
-
-io::Task<void> PostgresDestination::mark_deleted(const schema::Table& table) {
-    const std::string target = target_sql(table);
-    const CopyTarget found = co_await copy_target(target);
-    if (!found.key) {
-        // A copy of it was cut short: its rows were marked when that copy began (in the
-        // transaction that dropped the key), and its live rows are the copy's, which the new
-        // copy reads again. Marked, they could be a key's second marked row.
-        co_await run(std::string("DELETE FROM ") + target + " WHERE " + kDeletedColumn + " = 0",
-                     "removing the rows of " + target + " that a copy cut short left");
-        co_return;
-    }
-    co_await run(std::string("UPDATE ") + target + " SET " + kDeletedColumn + " = 1 WHERE " +
-                     kDeletedColumn + " = 0",
-                 "marking the rows of " + target + " deleted before its copy");
 }
 
 namespace {
@@ -1049,6 +1030,17 @@ io::Task<PostgresDestination::CopyTarget> PostgresDestination::copy_target(std::
 io::Task<void> PostgresDestination::prepare_for_copy(const schema::Table& table) {
     const std::string target = target_sql(table);
     const CopyTarget found = co_await copy_target(target);
+    if (deletes_ == Deletes::Soft && !found.key) {
+        // A copy of it was cut short: its rows were marked when that copy began (in the
+        // transaction that dropped the key), and its live rows are the copy's, which the new
+        // copy reads again. Marked, they could be a key's second marked row.
+        co_await run(std::string("DELETE FROM ") + target + " WHERE " + kDeletedColumn + " = 0",
+                     "removing the rows of " + target + " that a copy cut short left");
+    } else if (deletes_ == Deletes::Soft) {
+        co_await run(std::string("UPDATE ") + target + " SET " + kDeletedColumn + " = 1 WHERE " +
+                         kDeletedColumn + " = 0",
+                     "marking the rows of " + target + " deleted before its copy");
+    }
     std::string sql = alter_table_sql(
         target, found.key ? "DROP CONSTRAINT " + quote_identifier(*found.key) : std::string(),
         found.plain ? "SET (autovacuum_enabled = false, toast.autovacuum_enabled = false)" : "");
@@ -1073,7 +1065,7 @@ io::Task<void> PostgresDestination::table_copied(std::shared_ptr<const schema::T
     }
     std::vector<std::string> finish;
     if (!found.key && deletes_ == Deletes::Soft) {
-        // Rows kept marked deleted (mark_deleted) that the copy found again: the copied row is
+        // Rows kept marked deleted (prepare_for_copy) that the copy found again: the copied row is
         // the newer (the copy's version is above every kept row's).
         std::string same_key;
         for (auto k : table->key_columns) {

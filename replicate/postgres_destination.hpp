@@ -41,7 +41,7 @@
 //  * Soft deletes (Deletes::Soft): deletes and truncates are UPDATEs that mark rows
 //    `_pgtide_deleted = 1` at their version; upserts set it to 0; an upsert and then a delete
 //    of one key in a batch is written marked deleted (Merge::upsert_deleted). Emptying a table
-//    for its copy marks its rows instead (mark_deleted); table_copied removes the marked rows
+//    for its copy marks its rows instead (prepare_for_copy); table_copied removes the marked rows
 //    whose key the copy brought again before it adds the key back.
 #pragma once
 
@@ -227,12 +227,11 @@ private:
     /// by row: more than half of a copy's time on the destination) and turns autovacuum off for
     /// it until then (a vacuum of a table being loaded is wasted work, and one still running
     /// when the copy ends holds up ADD PRIMARY KEY until PostgreSQL cancels it, a second later).
+    /// Soft deletes: the target is not emptied; first its live rows are marked deleted, versions
+    /// kept (destination.hpp's Deletes::Soft), and the copy's rows come in beside them
+    /// (table_copied removes those the copy found again before it adds the key). A table without
+    /// its key (a copy of it cut short) instead loses its live rows, that copy's.
     io::Task<void> prepare_for_copy(const schema::Table& table);
-    /// Soft deletes, before a copy of `table`: marks its live rows deleted, versions kept
-    /// (destination.hpp's Deletes::Soft). Its copy's rows come in beside them; table_copied
-    /// removes those the copy found again before it adds the key. A table without its key (a
-    /// copy of it cut short) instead loses its live rows, that copy's.
-    io::Task<void> mark_deleted(const schema::Table& table);
     /// What prepare_for_copy and table_copied change about a copy's target table.
     struct CopyTarget {
         std::optional<std::string> key; ///< the name of its primary key, when it has one

@@ -571,13 +571,9 @@ io::Task<CheckReport> run_check(Config config) {
         report.verdicts.push_back(ok("destination", message));
         const bool soft = config.destination.deletes == DestinationConfig::Deletes::Soft;
         if (!soft && !dest.soft_tables.empty()) {
-            std::string names;
-            for (const std::string& t : dest.soft_tables) {
-                names += (names.empty() ? "" : ", ") + t;
-            }
             report.verdicts.push_back(fail(
                 "deletes",
-                "destination tables " + names +
+                "destination tables " + join(dest.soft_tables) +
                     " keep rows deleted on the source, marked in _pgtide_deleted (written with "
                     "deletes = \"soft\"); with deletes = \"hard\", pgtide run refuses them",
                 "set destination.deletes = \"soft\", or drop those tables to copy them anew with "
