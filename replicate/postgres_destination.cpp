@@ -79,6 +79,20 @@ std::int64_t unix_ms_now() {
         .count();
 }
 
+/// A session of the destination, main or lane. Its commits must be durable when COMMIT returns:
+/// the checkpoint is, before the source is told it may recycle its WAL (DESIGN §1.3). A
+/// destination whose sessions commit asynchronously (synchronous_commit = off, chosen there for
+/// speed) would lose the last checkpoints in a crash after the source forgot their changes, so
+/// pgtide's sessions get `local` then. Every other setting flushes locally already, and stays as
+/// the destination chose it (waiting for its synchronous standbys, too).
+io::Task<io::PgConnection> connect_session(std::string url, std::string application_name) {
+    io::PgConnection conn =
+        co_await io::PgConnection::connect(url, sql_connection_params(application_name));
+    co_await conn.exec("SELECT pg_catalog.set_config('synchronous_commit', 'local', false) "
+                       "WHERE pg_catalog.current_setting('synchronous_commit') = 'off'");
+    co_return conn;
+}
+
 std::string lsn_text(schema::Lsn lsn) {
     return std::to_string(std::int64_t(lsn.value()));
 }
@@ -453,7 +467,7 @@ PostgresDestination::open(std::string url, std::string application_name,
                           std::int64_t copy_commit_rows, Deletes deletes) {
     std::optional<io::PgConnection> conn;
     try {
-        conn = co_await io::PgConnection::connect(url, sql_connection_params(application_name));
+        conn = co_await connect_session(url, application_name);
     } catch (const io::PgError& e) {
         throw DestinationError(DestinationErrorKind::CantOpen, 0,
                                std::string("cannot connect to the postgresql destination: ") +
@@ -1250,8 +1264,7 @@ io::Task<PostgresDestination::CopyLane*> PostgresDestination::lane_of(const sche
         } else {
             std::string refused;
             try {
-                conn = co_await io::PgConnection::connect(url_,
-                                                          sql_connection_params(application_name_));
+                conn = co_await connect_session(url_, application_name_);
             } catch (const io::PgError& e) {
                 refused = e.what();
             }

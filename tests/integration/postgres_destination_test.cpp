@@ -705,6 +705,69 @@ TEST_F(PostgresDestination, DestinationRestartMidStreamLosesNothing) {
     }
 }
 
+// A destination whose sessions commit asynchronously (synchronous_commit = off, set there for
+// speed) must still hold pgtide's checkpoint durably before the source is told to recycle its
+// WAL. The destination's WAL writer is slowed (wal_writer_delay 10 s), pgtide streams until the
+// slot has confirmed the last change, then the destination restarts "immediate", dropping what
+// its WAL buffers held: with asynchronous commits, the last checkpoint and its rows. The next
+// run must end equal to the source.
+//
+// Failed before the fix (connect_session in replicate/postgres_destination.cpp setting
+// synchronous_commit = local): the next run exited 0 with 600 rows against the source's 514,
+// the deletes the slot had confirmed lost for good.
+TEST_F(PostgresDestination, AsynchronousCommitsOnTheDestinationStillCheckpointDurably) {
+    PGTIDE_REQUIRE_PG();
+    PgServer dest_server({"wal_writer_delay = '10s'", "wal_writer_flush_after = '1GB'"});
+    const std::string db = dest_server.create_database();
+    const std::string url = "postgresql://postgres@/" + db + "?host=" + dest_server.socket_dir() +
+                            "&port=" + std::to_string(dest_server.port());
+    const auto args = [&](bool once) {
+        std::vector<std::string> a = run_args(once);
+        for (std::size_t i = 0; i + 1 < a.size(); ++i) {
+            if (a[i] == "--to") {
+                a[i + 1] = url;
+            }
+        }
+        return a;
+    };
+    for (const char* setting :
+         {"TimeZone = 'UTC'", "extra_float_digits = 1", "bytea_output = 'hex'", "DateStyle = 'ISO'",
+          "synchronous_commit = off"}) {
+        dest_server.exec(db, "ALTER DATABASE " + db + " SET " + setting);
+    }
+    exec(kCreateSource);
+    exec(insert_items(1, 500));
+    PgtideProcess p(args(false));
+    ASSERT_TRUE(wait_for([&] {
+        try {
+            return dest_server.query_value(db, "SELECT count(*) FROM items") == "500";
+        } catch (const std::exception&) {
+            return false; // not created yet
+        }
+    })) << p.stderr_text();
+    exec(insert_items(1000, 1099));
+    exec("DELETE FROM items WHERE id % 7 = 0");
+    const std::string last = pg().current_wal_lsn();
+    // Confirmed by the slot: pgtide told the source that everything up to `last` is durable.
+    ASSERT_TRUE(wait_for([&] {
+        return query_value("SELECT confirmed_flush_lsn >= '" + last +
+                           "'::pg_lsn FROM pg_replication_slots WHERE slot_name = '" + slot() +
+                           "'") == "t";
+    })) << p.stderr_text();
+    dest_server.restart("immediate");
+    const std::optional<int> code = p.wait_for(20s);
+    ASSERT_TRUE(code.has_value()) << p.stderr_text();
+    std::string out;
+    std::string err;
+    ASSERT_EQ(PgtideProcess::run(args(true), &out, &err), 0) << err;
+    const Rows source = query(kItems);
+    const Rows dest = dest_server.query(db, kItems);
+    ASSERT_EQ(source.size(), dest.size());
+    for (std::size_t i = 0; i < source.size(); ++i) {
+        ASSERT_EQ(source[i], dest[i]) << "row " << i;
+    }
+}
+
 // check, status and drop read a PostgreSQL destination as they read a SQLite file.
 // Issue 10 item 4: a write the PostgreSQL destination refuses (a CHECK constraint added there
 // by hand stands for a revoked privilege or a full disk) stops pgtide with the destination's
