@@ -603,6 +603,12 @@ io::Task<void> Applier::replace_checkpoint(std::string owner, std::int64_t lease
     publish_checkpoint(options_.metrics, checkpoint_);
 }
 
+void Applier::resume_from(Checkpoint durable) {
+    checkpoint_ = std::move(durable);
+    complete_lsn_ = checkpoint_.lsn;
+    publish_checkpoint(options_.metrics, checkpoint_);
+}
+
 io::Task<void> Applier::abort() {
     // Also when in_transaction_ is false: a failed start_epoch may leave one open.
     co_await destination_.rollback();

@@ -123,6 +123,10 @@ public:
     io::Task<void> release_lease();
     /// Rolls back an open destination transaction (after a failure). Suspends.
     io::Task<void> abort();
+    /// Goes on from `durable`, the checkpoint as the destination holds it after its connection
+    /// was lost and made again (after abort()): the last commit may have been made without
+    /// pgtide hearing of it.
+    void resume_from(Checkpoint durable);
 
     const Checkpoint& checkpoint() const { return checkpoint_; }
     const ApplyStats& stats() const { return stats_; }

@@ -88,6 +88,73 @@ bool is_connection_loss(const std::exception_ptr& e) {
     }
 }
 
+/// A PostgreSQL destination whose session broke or cannot be opened.
+bool is_destination_loss(const std::exception_ptr& e) {
+    try {
+        std::rethrow_exception(e);
+    } catch (const DestinationError& de) {
+        return de.kind() == DestinationErrorKind::Io || de.kind() == DestinationErrorKind::CantOpen;
+    } catch (...) {
+        return false;
+    }
+}
+
+/// The PostgreSQL destination's connection was lost while streaming (`reason`): connects again,
+/// backing off as for the source, until destination.reconnect_deadline. Returns the checkpoint
+/// the destination holds, from which the stream goes on (the last commit may have gone through
+/// without pgtide hearing of it), or nothing when a stop was requested meanwhile. A checkpoint
+/// there that is not `ours` any more (owner or epoch) is a takeover: exit 4.
+io::Task<std::optional<Checkpoint>>
+reconnect_destination(PostgresDestination* dest, std::optional<std::chrono::milliseconds> deadline,
+                      Metrics* metrics, const bool* stop_requested, Checkpoint ours,
+                      std::string reason) {
+    const auto lost_at = std::chrono::steady_clock::now();
+    std::chrono::milliseconds backoff{100};
+    std::mt19937_64 jitter(std::random_device{}());
+    metrics->phase = Metrics::Phase::Reconnecting;
+    metrics->destination_reconnects += 1;
+    metrics->last_error_unix_s = unix_ms_now() / 1000;
+    for (bool first = true;; first = false) {
+        io::log_warn(first ? "lost the destination connection; reconnecting"
+                           : "the destination is still unreachable; retrying",
+                     {{"error", reason}, {"retry_in_ms", std::to_string(backoff.count())}});
+        std::uniform_int_distribution<long> spread(0, backoff.count() / 2);
+        co_await io::sleep_for(backoff + std::chrono::milliseconds(spread(jitter)));
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(10000));
+        if (*stop_requested) {
+            co_return std::nullopt;
+        }
+        try {
+            co_await dest->reconnect();
+            std::optional<Checkpoint> found = co_await dest->load_checkpoint(ours.slot_name);
+            if (!found || found->owner != ours.owner || found->epoch != ours.epoch) {
+                throw DefiniteError(ExitCode::Fenced,
+                                    "the checkpoint of slot " + ours.slot_name +
+                                        " in the destination changed while its connection was "
+                                        "lost (another pgtide took over, or the destination was "
+                                        "restored from a backup); stopping");
+            }
+            io::log_info("reconnected to the destination", {{"lsn", found->lsn.str()}});
+            co_return found;
+        } catch (const DestinationError& e) {
+            if (e.kind() != DestinationErrorKind::Io &&
+                e.kind() != DestinationErrorKind::CantOpen) {
+                throw;
+            }
+            reason = e.what();
+        }
+        const auto out_of_reach = std::chrono::steady_clock::now() - lost_at;
+        if (deadline && out_of_reach >= *deadline) {
+            throw DefiniteError(
+                ExitCode::Other,
+                "the postgresql destination stayed unreachable for " +
+                    std::to_string(
+                        std::chrono::duration_cast<std::chrono::seconds>(out_of_reach).count()) +
+                    " s, past destination.reconnect_deadline; last error: " + reason);
+        }
+    }
+}
+
 // A reconnect after a lost source connection, for the metrics.
 void note_connection_loss(Metrics& metrics) {
     metrics.reconnects += 1;
@@ -1127,6 +1194,8 @@ io::Task<RunSummary> Coordinator::run_phases() {
     std::optional<std::chrono::steady_clock::time_point> unreachable_since;
     std::mt19937_64 jitter(std::random_device{}());
     bool connected = true;
+    auto* postgres = dynamic_cast<PostgresDestination*>(dest.get());
+    bool destination_lost = false; ///< stopped while reconnecting to the destination
     while (!stop_requested_) {
         std::exception_ptr error;
         bool copied_in_session = false; ///< a table that joined was copied beside this session
@@ -1268,7 +1337,20 @@ io::Task<RunSummary> Coordinator::run_phases() {
             follow_tables = true;
         }
         applier.set_stream(nullptr);
-        co_await applier.abort();
+        std::exception_ptr abort_error;
+        try {
+            co_await applier.abort();
+        } catch (...) {
+            abort_error = std::current_exception();
+        }
+        if (abort_error) {
+            // A destination whose connection is lost cannot roll back: what it had not
+            // committed went with its session.
+            if (postgres == nullptr || !is_destination_loss(abort_error)) {
+                std::rethrow_exception(abort_error);
+            }
+            error = abort_error;
+        }
         try {
             std::rethrow_exception(error);
         } catch (const PublicationChanged& e) {
@@ -1290,6 +1372,22 @@ io::Task<RunSummary> Coordinator::run_phases() {
         } catch (const StopRequested&) {
             break; // while copying a table that joined: the next run copies it again
         } catch (...) {
+        }
+        if (postgres != nullptr && is_destination_loss(error)) {
+            std::optional<Checkpoint> durable = co_await reconnect_destination(
+                postgres, options_.destination_reconnect_deadline, &metrics_, &stop_requested_,
+                applier.checkpoint(), message_of(error));
+            if (!durable) {
+                destination_lost = true; // nothing to release the lease with
+                break;
+            }
+            applier.resume_from(std::move(*durable));
+            // The stream goes on from the checkpoint, and the tables' states are read again:
+            // what the lost session had not committed is gone.
+            follow_tables = true;
+            replication.connection().close();
+            connected = false;
+            continue;
         }
         if (!is_connection_loss(error)) {
             std::rethrow_exception(error);
@@ -1327,7 +1425,9 @@ io::Task<RunSummary> Coordinator::run_phases() {
     if (spool) {
         co_await spool->close();
     }
-    co_await applier.release_lease();
+    if (!destination_lost) {
+        co_await applier.release_lease();
+    }
     RunSummary summary;
     summary.tables_copied = applier.stats().tables_copied;
     summary.rows_copied = applier.stats().rows_copied;

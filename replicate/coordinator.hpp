@@ -40,6 +40,8 @@ struct RunOptions {
     std::string sqlite_path;         ///< the destination when postgres_url is empty
     std::string postgres_url;        ///< a PostgreSQL destination (postgresql://…)
     Deletes deletes = Deletes::Hard; ///< destination.deletes
+    /// destination.reconnect_deadline (PostgreSQL); unset = unlimited.
+    std::optional<std::chrono::milliseconds> destination_reconnect_deadline;
     // [snapshot]
     int parallel_tables = 4;
     std::int64_t page_rows = 2048;

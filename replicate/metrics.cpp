@@ -156,8 +156,11 @@ std::string render_metrics(const Metrics& m, std::chrono::system_clock::time_poi
 
     w.head("reconnects_total", "counter", "Reconnects to the source after a lost connection.");
     w.sample("reconnects_total", m.reconnects);
+    w.head("destination_reconnects_total", "counter",
+           "Reconnects to a PostgreSQL destination after a lost connection.");
+    w.sample("destination_reconnects_total", m.destination_reconnects);
     w.head("last_error_timestamp_seconds", "gauge",
-           "Unix time of the last lost source connection.");
+           "Unix time of the last lost source or destination connection.");
     if (m.last_error_unix_s != 0) {
         w.sample("last_error_timestamp_seconds", m.last_error_unix_s);
     }

@@ -44,7 +44,8 @@ struct Metrics {
     std::int64_t destination_commits = 0;
     Histogram commit_seconds;
     std::int64_t reconnects = 0;
-    std::int64_t last_error_unix_s = 0; ///< 0: none
+    std::int64_t destination_reconnects = 0; ///< a PostgreSQL destination's lost connections
+    std::int64_t last_error_unix_s = 0;      ///< 0: none
     /// Streamed in-progress transactions (stream.large_transactions = "stream") that ended.
     std::int64_t streamed_committed = 0;
     std::int64_t streamed_aborted = 0;

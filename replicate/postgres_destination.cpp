@@ -759,6 +759,28 @@ io::Task<void> PostgresDestination::close() {
     conn_.close();
 }
 
+io::Task<void> PostgresDestination::reconnect() {
+    co_await close();
+    in_transaction_ = false;
+    copying_.clear();
+    copy_columns_.clear();
+    sent_.reset();
+    merges_.clear();
+    after_lanes_.clear();
+    committed_.reset();
+    std::optional<io::PgConnection> conn;
+    try {
+        conn = co_await connect_session(url_, application_name_);
+    } catch (const io::PgError& e) {
+        throw DestinationError(DestinationErrorKind::CantOpen, 0,
+                               std::string("cannot connect to the postgresql destination: ") +
+                                   e.what());
+    }
+    conn_ = std::move(*conn);
+    // A server of another version may have taken the address (an upgrade, a failover).
+    merge_upserts_ = merge_upserts_ && conn_.server_version() >= 150000;
+}
+
 // ---- tables ------------------------------------------------------------------------------
 
 io::Task<void> PostgresDestination::create_tables(std::vector<schema::Table> tables) {

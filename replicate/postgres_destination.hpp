@@ -108,6 +108,11 @@ public:
                           Checkpoint next) override;
     io::Task<void> rollback() override;
     io::Task<void> close() override;
+    /// After its connection was lost: a new session in place of the old one. What the old one
+    /// had not committed is gone with it (the open transaction, the copy lanes), and so are its
+    /// prepared statements. Throws DestinationError (CantOpen) while the server cannot be
+    /// reached. Suspends.
+    io::Task<void> reconnect();
 
     /// Creates each of `types` (in order: dependencies first) that the destination lacks, and
     /// refuses (DestinationError, kind Schema) one that exists with another definition.

@@ -25,7 +25,7 @@ constexpr std::string_view kTopLevelKeys[] = {"source", "destination", "snapshot
                                               "apply",  "metrics",     "log",      "tables"};
 constexpr std::string_view kSourceKeys[] = {
     "dsn", "publications", "slot", "temporary_slot", "existing_slot", "reconnect_deadline"};
-constexpr std::string_view kDestinationKeys[] = {"url", "deletes"};
+constexpr std::string_view kDestinationKeys[] = {"url", "deletes", "reconnect_deadline"};
 constexpr std::string_view kSnapshotKeys[] = {"parallel_tables", "page_rows",     "batch_rows",
                                               "batch_bytes",     "max_row_bytes", "max_attempts",
                                               "split_rows",      "chunk_rows",    "commit_rows"};
@@ -451,6 +451,9 @@ void read_destination(const Section& s, DestinationConfig& destination) {
         }
     }
     assign(destination.deletes, s.word("deletes", kDeletesWords));
+    if (auto deadline = s.duration("reconnect_deadline")) {
+        destination.reconnect_deadline = *deadline;
+    }
 }
 
 void read_snapshot(const Section& s, SnapshotConfig& snapshot) {
@@ -700,6 +703,13 @@ void validate(const Config& config) {
     }
     if (auto problem = url_problem(config.destination)) {
         throw ConfigError("destination.url " + *problem);
+    }
+    if (config.destination.reconnect_deadline) {
+        check_positive("destination.reconnect_deadline", *config.destination.reconnect_deadline);
+        if (!config.destination.is_postgresql()) {
+            throw ConfigError("destination.reconnect_deadline applies to a PostgreSQL destination "
+                              "only: a SQLite file has no connection to lose");
+        }
     }
 
     const SnapshotConfig& snapshot = config.snapshot;

@@ -34,6 +34,9 @@ struct DestinationConfig {
     /// "sqlite:PATH" (PATH as written, relative to the working directory) or "postgresql://...".
     std::string url;
     enum class Deletes { Hard, Soft } deletes = Deletes::Hard;
+    /// PostgreSQL: how long to keep reconnecting after the connection was lost while
+    /// streaming; unset = unlimited.
+    std::optional<std::chrono::milliseconds> reconnect_deadline = std::nullopt;
 
     bool is_sqlite() const;
     /// The PATH of "sqlite:PATH". Precondition: is_sqlite().

@@ -39,6 +39,7 @@ pgtide::replicate::RunOptions run_options(const pgtide::app::Config& c,
     o.reconnect_deadline = c.source.reconnect_deadline;
     if (c.destination.is_postgresql()) {
         o.postgres_url = c.destination.url;
+        o.destination_reconnect_deadline = c.destination.reconnect_deadline;
     } else {
         o.sqlite_path = c.destination.sqlite_path();
     }

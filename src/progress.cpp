@@ -147,8 +147,9 @@ std::vector<std::string> ProgressView::render(const replicate::Metrics& m,
         break;
     }
     case Phase::Reconnecting:
-        lines.push_back("pgtide: reconnecting to the source (" + std::to_string(m.reconnects) +
-                        " reconnects so far)");
+        lines.push_back("pgtide: reconnecting (" + std::to_string(m.reconnects) +
+                        " to the source, " + std::to_string(m.destination_reconnects) +
+                        " to the destination so far)");
         break;
     case Phase::Stopping:
         lines.push_back("pgtide: stopping");

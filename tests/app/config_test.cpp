@@ -108,6 +108,7 @@ reconnect_deadline = "5m"
 [destination]
 url = "postgresql://replica.internal/app"
 deletes = "soft"
+reconnect_deadline = "90s"
 
 [snapshot]
 parallel_tables = 8
@@ -159,6 +160,7 @@ name = "customers"
     expected.source.reconnect_deadline = 5min;
     expected.destination.url = "postgresql://replica.internal/app";
     expected.destination.deletes = DestinationConfig::Deletes::Soft;
+    expected.destination.reconnect_deadline = 90s;
     expected.snapshot = SnapshotConfig{.parallel_tables = 8,
                                        .page_rows = 4096,
                                        .batch_rows = 1000,
@@ -490,6 +492,21 @@ TEST(ConfigValidate, NumbersMustBePositive) {
     c = minimal();
     c.source.reconnect_deadline = -1ms;
     EXPECT_EQ(validate_error(c), "source.reconnect_deadline must be longer than 0 (found -1ms)");
+    c = minimal();
+    c.destination.url = "postgresql://replica.internal/app";
+    c.destination.reconnect_deadline = 0ms;
+    EXPECT_EQ(validate_error(c),
+              "destination.reconnect_deadline must be longer than 0 (found 0ms)");
+}
+
+TEST(ConfigValidate, DestinationReconnectDeadlineIsForPostgresql) {
+    Config c = minimal();
+    c.destination.url = "postgresql://replica.internal/app";
+    c.destination.reconnect_deadline = 30s;
+    EXPECT_NO_THROW(validate(c));
+    c.destination.url = "sqlite:replica.db";
+    EXPECT_EQ(validate_error(c), "destination.reconnect_deadline applies to a PostgreSQL "
+                                 "destination only: a SQLite file has no connection to lose");
 }
 
 TEST(ConfigValidate, SpoolDirectory) {

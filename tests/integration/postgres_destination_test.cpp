@@ -633,32 +633,34 @@ TEST_F(PostgresDestination, CrossVersion) {
     same(kItems);
 }
 
-// The destination cluster restarts while pgtide streams: pgtide stops with an error naming the
-// destination (a lost destination connection is not a lost source connection), the checkpoint
-// never passed what was committed, and the next run ends equal. Fails if a failed destination
-// write let the checkpoint or the slot advance (rows of the interrupted batch would be lost).
+// The destination cluster restarts while pgtide streams: pgtide reconnects to it and goes on
+// from the checkpoint the destination holds, so what the lost session had not committed comes
+// again from the source. The destination equals the source while pgtide still runs, and a stop
+// ends with exit 0. Then the destination stays down past destination.reconnect_deadline: pgtide
+// gives up with exit 1 naming the setting, and a run once the destination is back ends equal.
 //
-// Broken on purpose once, then reverted: is_connection_loss (replicate/coordinator.cpp) took a
-// broken destination connection for a lost source connection: `catch (const DestinationError&
-// de) { return de.kind() == DestinationErrorKind::Io; }`. pgtide reconnected to the source
-// again and again ("starting a transaction: ... no connection to the server");
-// "pgtide kept running with its destination gone".
-TEST_F(PostgresDestination, DestinationRestartMidStreamLosesNothing) {
+// Broken on purpose once, then reverted: the streaming loop (Coordinator::run_phases) went on
+// after reconnecting to the destination without closing the replication connection, as if the
+// stream could go on from where it had read instead of from the checkpoint: "pgtide stopped
+// when the destination restarted" ("sending COPY: another command is already in progress").
+TEST_F(PostgresDestination, DestinationRestartMidStreamReconnectsAndLosesNothing) {
     PGTIDE_REQUIRE_PG();
     PgServer dest_server;
     const std::string db = dest_server.create_database();
     const std::string url = "postgresql://postgres@/" + db + "?host=" + dest_server.socket_dir() +
                             "&port=" + std::to_string(dest_server.port());
-    const auto args = [&](bool once) {
+    const std::string deadline_config = (dir_ / "deadline.toml").string();
+    std::ofstream(deadline_config) << "[destination]\nreconnect_deadline = \"3s\"\n";
+    const auto args = [&](bool once, bool deadline) {
         std::vector<std::string> a = run_args(once);
         for (std::size_t i = 0; i + 1 < a.size(); ++i) {
             if (a[i] == "--to") {
                 a[i + 1] = url;
             }
         }
-        if (std::getenv("PGTIDE_DEBUG_HANG")) {
-            a.push_back("--log-level");
-            a.push_back("debug");
+        if (deadline) {
+            a.push_back("-c");
+            a.push_back(deadline_config);
         }
         return a;
     };
@@ -666,37 +668,60 @@ TEST_F(PostgresDestination, DestinationRestartMidStreamLosesNothing) {
                                 "bytea_output = 'hex'", "DateStyle = 'ISO'"}) {
         dest_server.exec(db, "ALTER DATABASE " + db + " SET " + setting);
     }
+    const auto dest_equal = [&] { // the last check compares every row
+        constexpr const char* kSums = "SELECT count(*), sum(id), sum(length(name)) FROM items";
+        try {
+            return dest_server.query(db, kSums) == query(kSums);
+        } catch (const std::exception&) {
+            return false; // not there yet, or restarting
+        }
+    };
     exec(kCreateSource);
     exec(insert_items(1, 500));
-    PgtideProcess p(args(false));
-    ASSERT_TRUE(wait_for([&] {
-        try {
-            return dest_server.query_value(db, "SELECT count(*) FROM items") == "500";
-        } catch (const std::exception&) {
-            return false;
+    {
+        PgtideProcess p(args(false, false));
+        ASSERT_TRUE(wait_for(dest_equal)) << p.stderr_text();
+        for (int i = 0; i < 10; ++i) {
+            exec(insert_items(1000 + i * 100, 1000 + i * 100 + 99));
         }
-    })) << p.stderr_text();
-    for (int i = 0; i < 10; ++i) {
-        exec(insert_items(1000 + i * 100, 1000 + i * 100 + 99));
+        dest_server.restart("immediate");
+        for (int i = 10; i < 20; ++i) {
+            exec(insert_items(1000 + i * 100, 1000 + i * 100 + 99));
+        }
+        exec("DELETE FROM items WHERE id % 3 = 0");
+        ASSERT_TRUE(wait_for([&] { return !p.running() || dest_equal(); })) << p.stderr_text();
+        ASSERT_TRUE(p.running()) << "pgtide stopped when the destination restarted\n"
+                                 << p.stderr_text();
+        const std::string err = p.stderr_text();
+        EXPECT_NE(err.find("lost the destination connection; reconnecting"), std::string::npos)
+            << err;
+        EXPECT_NE(err.find("reconnected to the destination"), std::string::npos) << err;
+        exec("UPDATE items SET name = 'after' WHERE id % 5 = 0");
+        ASSERT_TRUE(wait_for(dest_equal)) << p.stderr_text();
+        EXPECT_TRUE(dest_server.query(db, kItems) == query(kItems)) << "while pgtide runs";
+        p.kill(SIGTERM);
+        const std::optional<int> code = p.wait_for(20s);
+        ASSERT_TRUE(code.has_value()) << p.stderr_text();
+        EXPECT_EQ(*code, 0) << p.stderr_text();
     }
-    dest_server.restart("immediate");
-    for (int i = 10; i < 20; ++i) {
-        exec(insert_items(1000 + i * 100, 1000 + i * 100 + 99));
+    {
+        PgtideProcess p(args(false, true));
+        exec(insert_items(5000, 5099));
+        ASSERT_TRUE(wait_for(dest_equal)) << p.stderr_text();
+        dest_server.stop("fast");
+        exec("DELETE FROM items WHERE id % 4 = 0");
+        exec(insert_items(6000, 6099));
+        const std::optional<int> code = p.wait_for(60s);
+        ASSERT_TRUE(code.has_value()) << "pgtide kept running with its destination gone\n"
+                                      << p.stderr_text();
+        EXPECT_EQ(*code, 1) << p.stderr_text();
+        EXPECT_NE(p.stderr_text().find("past destination.reconnect_deadline"), std::string::npos)
+            << p.stderr_text();
     }
-    exec("DELETE FROM items WHERE id % 3 = 0");
-    const std::optional<int> code = p.wait_for(20s);
-    if (!code && std::getenv("PGTIDE_DEBUG_HANG")) {
-        std::system(("gdb -p " + std::to_string(p.pid()) +
-                     " -batch -ex 'thread apply all bt' > /tmp/hang.txt 2>&1")
-                        .c_str());
-    }
-    ASSERT_TRUE(code.has_value()) << "pgtide kept running with its destination gone\n"
-                                  << p.stderr_text();
-    EXPECT_NE(*code, 0);
-    EXPECT_NE(p.stderr_text().find("postgresql destination"), std::string::npos) << p.stderr_text();
+    dest_server.start();
     std::string out;
     std::string err;
-    ASSERT_EQ(PgtideProcess::run(args(true), &out, &err), 0) << err;
+    ASSERT_EQ(PgtideProcess::run(args(true, false), &out, &err), 0) << err;
     const Rows source = query(kItems);
     const Rows dest = dest_server.query(db, kItems);
     ASSERT_EQ(source.size(), dest.size());
@@ -709,12 +734,14 @@ TEST_F(PostgresDestination, DestinationRestartMidStreamLosesNothing) {
 // speed) must still hold pgtide's checkpoint durably before the source is told to recycle its
 // WAL. The destination's WAL writer is slowed (wal_writer_delay 10 s), pgtide streams until the
 // slot has confirmed the last change, then the destination restarts "immediate", dropping what
-// its WAL buffers held: with asynchronous commits, the last checkpoint and its rows. The next
-// run must end equal to the source.
+// its WAL buffers held: with asynchronous commits, the last checkpoint and its rows. pgtide
+// reconnects and must end equal to the source, and so must a run after it.
 //
-// Failed before the fix (connect_session in replicate/postgres_destination.cpp setting
-// synchronous_commit = local): the next run exited 0 with 600 rows against the source's 514,
-// the deletes the slot had confirmed lost for good.
+// Failed without the fix (connect_session in replicate/postgres_destination.cpp setting
+// synchronous_commit = local): when a lost destination still stopped the run, the next run
+// exited 0 with 600 rows against the source's 514, the deletes the slot had confirmed lost for
+// good; with the reconnect, pgtide went on from the older checkpoint the destination was left
+// with, and the destination never caught up.
 TEST_F(PostgresDestination, AsynchronousCommitsOnTheDestinationStillCheckpointDurably) {
     PGTIDE_REQUIRE_PG();
     PgServer dest_server({"wal_writer_delay = '10s'", "wal_writer_flush_after = '1GB'"});
@@ -755,8 +782,21 @@ TEST_F(PostgresDestination, AsynchronousCommitsOnTheDestinationStillCheckpointDu
                            "'") == "t";
     })) << p.stderr_text();
     dest_server.restart("immediate");
+    // pgtide meets the lost connection with these, reconnects, and goes on from the checkpoint
+    // the destination still holds.
+    exec(insert_items(2000, 2049));
+    constexpr const char* kSums = "SELECT count(*), sum(id) FROM items";
+    ASSERT_TRUE(wait_for([&] {
+        try {
+            return dest_server.query(db, kSums) == query(kSums);
+        } catch (const std::exception&) {
+            return false; // restarting
+        }
+    })) << p.stderr_text();
+    p.kill(SIGTERM);
     const std::optional<int> code = p.wait_for(20s);
     ASSERT_TRUE(code.has_value()) << p.stderr_text();
+    EXPECT_EQ(*code, 0) << p.stderr_text();
     std::string out;
     std::string err;
     ASSERT_EQ(PgtideProcess::run(args(true), &out, &err), 0) << err;
