@@ -705,11 +705,9 @@ void validate(const Config& config) {
         throw ConfigError("destination.url " + *problem);
     }
     if (config.destination.reconnect_deadline) {
+        // Not refused for a SQLite file, which has no connection to lose: a file that names
+        // one destination or the other (--to) keeps working.
         check_positive("destination.reconnect_deadline", *config.destination.reconnect_deadline);
-        if (!config.destination.is_postgresql()) {
-            throw ConfigError("destination.reconnect_deadline applies to a PostgreSQL destination "
-                              "only: a SQLite file has no connection to lose");
-        }
     }
 
     const SnapshotConfig& snapshot = config.snapshot;

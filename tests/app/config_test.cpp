@@ -210,7 +210,7 @@ TEST(Config, TheExampleFileDocumentsTheDefaults) {
 }
 
 TEST(Config, TheExampleFilesCommentedKeysParse) {
-    // The keys the example leaves commented out (reconnect_deadline, listen, [[tables]]) parse
+    // The keys the example leaves commented out (reconnect_deadlines, listen, [[tables]]) parse
     // once uncommented: "# key = value" lines become "key = value".
     std::ifstream in(std::string(PGTIDE_SOURCE_DIR) + "/pgtide.example.toml");
     const std::regex key_line(R"(^# (\[\[tables\]\]$|[a-z_]+ = ))");
@@ -223,6 +223,7 @@ TEST(Config, TheExampleFilesCommentedKeysParse) {
     }
     const Config c = parse_config(text, "uncommented.toml");
     EXPECT_EQ(c.source.reconnect_deadline, 5min);
+    EXPECT_EQ(c.destination.reconnect_deadline, 5min);
     EXPECT_EQ(c.metrics.listen, "127.0.0.1:9187");
     EXPECT_EQ(c.stream.spool_dir, "/var/tmp");
     ASSERT_EQ(c.tables.size(), 1u);
@@ -497,16 +498,6 @@ TEST(ConfigValidate, NumbersMustBePositive) {
     c.destination.reconnect_deadline = 0ms;
     EXPECT_EQ(validate_error(c),
               "destination.reconnect_deadline must be longer than 0 (found 0ms)");
-}
-
-TEST(ConfigValidate, DestinationReconnectDeadlineIsForPostgresql) {
-    Config c = minimal();
-    c.destination.url = "postgresql://replica.internal/app";
-    c.destination.reconnect_deadline = 30s;
-    EXPECT_NO_THROW(validate(c));
-    c.destination.url = "sqlite:replica.db";
-    EXPECT_EQ(validate_error(c), "destination.reconnect_deadline applies to a PostgreSQL "
-                                 "destination only: a SQLite file has no connection to lose");
 }
 
 TEST(ConfigValidate, SpoolDirectory) {
