@@ -10,6 +10,7 @@
 
 #include "io/cancel.hpp"
 #include "io/event_loop.hpp"
+#include "io/log.hpp"
 #include "io/timer.hpp"
 #include "io/wait_fd.hpp"
 
@@ -661,6 +662,26 @@ std::string PgResult::command_tag() const {
     return result_ ? std::string(PQcmdStatus(result_.get())) : std::string();
 }
 
+namespace {
+
+// What the server says beside a result (NOTICE, WARNING, INFO: "relation ... already exists,
+// skipping" and the like) goes to the log, not to libpq's default of printing it on stderr,
+// which would break a JSON log: warnings as warnings, the rest at debug. `arg` is the PGconn.
+void log_server_notice(void* arg, const PGresult* res) {
+    const char* severity = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+    const char* primary = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+    const std::string message = trim(primary != nullptr ? primary : PQresultErrorMessage(res));
+    std::vector<LogField> fields{{"server", describe_target(static_cast<PGconn*>(arg))},
+                                 {"severity", severity != nullptr ? severity : "NOTICE"}};
+    if (severity != nullptr && std::strcmp(severity, "WARNING") == 0) {
+        log_warn("the server warned: " + message, fields);
+    } else {
+        log_debug("the server said: " + message, fields);
+    }
+}
+
+} // namespace
+
 Task<PgConnection> PgConnection::connect(std::string conninfo,
                                          std::vector<std::pair<std::string, std::string>> extra,
                                          std::chrono::milliseconds timeout) {
@@ -682,6 +703,7 @@ Task<PgConnection> PgConnection::connect(std::string conninfo,
     if (PQstatus(s->conn) == CONNECTION_BAD) {
         throw connect_error(s->conn, conninfo, extra, {});
     }
+    PQsetNoticeReceiver(s->conn, log_server_notice, s->conn);
     PostgresPollingStatusType st = PGRES_POLLING_WRITING;
     while (st != PGRES_POLLING_OK) {
         if (st == PGRES_POLLING_FAILED) {

@@ -876,8 +876,9 @@ io::Task<RunSummary> Coordinator::run_phases() {
     } else {
         // A table copied through a connection of its own commits as often as the applier
         // commits a copy (ApplierOptions::copy_commit_rows).
-        dest = co_await PostgresDestination::open(options_.postgres_url, application_name,
-                                                  options_.copy_commit_rows, options_.deletes);
+        dest = co_await PostgresDestination::open(
+            options_.postgres_url, application_name, options_.copy_commit_rows, options_.deletes,
+            std::size_t(2 * std::max(1, options_.parallel_tables)));
     }
 
     // The source: catalog connection, target LSN for --once, published tables.

@@ -450,10 +450,12 @@ std::string PostgresDestination::target_sql(const schema::Table& table) {
 
 PostgresDestination::PostgresDestination(io::PgConnection conn, std::string target, std::string url,
                                          std::string application_name,
-                                         std::int64_t copy_commit_rows, Deletes deletes)
+                                         std::int64_t copy_commit_rows, Deletes deletes,
+                                         std::size_t max_lanes)
     : conn_(std::move(conn)), target_(std::move(target)), url_(std::move(url)),
       application_name_(std::move(application_name)), copy_commit_rows_(copy_commit_rows),
-      deletes_(deletes), merge_upserts_(conn_.server_version() >= 150000) {}
+      max_lanes_(std::max<std::size_t>(1, max_lanes)), deletes_(deletes),
+      merge_upserts_(conn_.server_version() >= 150000) {}
 
 void PostgresDestination::use_on_conflict_upserts() {
     if (!merges_.empty()) {
@@ -464,7 +466,7 @@ void PostgresDestination::use_on_conflict_upserts() {
 
 io::Task<std::unique_ptr<PostgresDestination>>
 PostgresDestination::open(std::string url, std::string application_name,
-                          std::int64_t copy_commit_rows, Deletes deletes) {
+                          std::int64_t copy_commit_rows, Deletes deletes, std::size_t max_lanes) {
     std::optional<io::PgConnection> conn;
     try {
         conn = co_await connect_session(url, application_name);
@@ -475,7 +477,7 @@ PostgresDestination::open(std::string url, std::string application_name,
     }
     const std::string target = conn->target();
     std::unique_ptr<PostgresDestination> dest(new PostgresDestination(
-        std::move(*conn), target, url, application_name, copy_commit_rows, deletes));
+        std::move(*conn), target, url, application_name, copy_commit_rows, deletes, max_lanes));
     co_await dest->run(kCreateMetadata, "creating the metadata tables (_pgtide_checkpoint, "
                                         "_pgtide_tables, _pgtide_tombstones in schema public)");
     co_return dest;
@@ -706,6 +708,14 @@ io::Task<bool> PostgresDestination::commit(std::vector<TableProgress> progress, 
     committed_ = next;
     for (const auto& target : written_after_lanes) {
         after_lanes_.erase(target);
+    }
+    if (lanes_.empty() && next.phase == Phase::Streaming) {
+        // The copies are done: no connections kept for them while streaming (a table copied
+        // later connects again).
+        for (io::PgConnection& c : idle_lanes_) {
+            c.close();
+        }
+        idle_lanes_.clear();
     }
     co_return true;
 }
@@ -1279,6 +1289,14 @@ io::Task<PostgresDestination::CopyLane*> PostgresDestination::lane_of(const sche
         co_await reap_lanes(true); // copied again: after the last copy's key
     }
     if (!lanes_.contains(table.target)) {
+        // A lane holds its connection until its key is committed, whatever the main commits
+        // do: lanes whose commit is done serve again, and at max_lanes_ the new table waits
+        // for those still committing. Without it, a publication of many small tables opened a
+        // connection per table until a main commit (up to the destination's max_connections).
+        co_await reap_lanes(false);
+        if (lanes_.size() >= max_lanes_) {
+            co_await reap_lanes(true);
+        }
         std::optional<io::PgConnection> conn;
         if (!idle_lanes_.empty()) {
             conn = std::move(idle_lanes_.back());

@@ -66,11 +66,12 @@ public:
     /// creates the metadata tables when missing. Suspends. Throws DestinationError naming the
     /// server and database.
     /// A table copied through a connection of its own (CopyLane) commits every
-    /// `copy_commit_rows` rows. `deletes`: what a stream delete does (destination.hpp).
-    static io::Task<std::unique_ptr<PostgresDestination>> open(std::string url,
-                                                               std::string application_name,
-                                                               std::int64_t copy_commit_rows,
-                                                               Deletes deletes = Deletes::Hard);
+    /// `copy_commit_rows` rows; at most `max_lanes` such connections are open at once (the
+    /// coordinator's: twice snapshot.parallel_tables, so that tables copy while others' keys
+    /// are built). `deletes`: what a stream delete does (destination.hpp).
+    static io::Task<std::unique_ptr<PostgresDestination>>
+    open(std::string url, std::string application_name, std::int64_t copy_commit_rows,
+         Deletes deletes = Deletes::Hard, std::size_t max_lanes = 8);
 
     std::string describe() const override { return "postgresql destination (" + target_ + ")"; }
     io::Task<std::optional<Checkpoint>> load_checkpoint(std::string slot) override;
@@ -203,7 +204,7 @@ private:
 
     PostgresDestination(io::PgConnection conn, std::string target, std::string url,
                         std::string application_name, std::int64_t copy_commit_rows,
-                        Deletes deletes);
+                        Deletes deletes, std::size_t max_lanes);
 
     io::Task<io::PgResult> run(std::string sql, std::string what);
     io::Task<io::PgResult>
@@ -297,6 +298,7 @@ private:
     std::string application_name_;
     std::map<std::string, std::unique_ptr<CopyLane>> lanes_; ///< by Table::target
     std::int64_t copy_commit_rows_;
+    std::size_t max_lanes_; ///< lanes (copying or committing) open at once, see lane_of
     Deletes deletes_;
     bool merge_upserts_; ///< upserts are merged with MERGE (PostgreSQL 15+), else ON CONFLICT
     std::vector<io::PgConnection> idle_lanes_; ///< connections of lanes whose copy is whole

@@ -171,16 +171,175 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
     io::PgResult rels = co_await conn.exec_params(published_relations_sql(conn.server_version()),
                                                   params(schema::text_array_literal(publications)));
 
+    // One query per kind of fact for all tables at once, not per table: a publication of a
+    // thousand tables would otherwise cost thousands of round trips, and every query that reads
+    // pg_publication_tables evaluates the publications in full (FOR ALL TABLES: every table).
     std::vector<SourceTable> out;
-    std::map<std::string, std::string> target_owner; // lower-cased target → source name
+    std::map<std::uint32_t, std::size_t> by_oid;
+    std::vector<std::uint32_t> oids;
     for (int r = 0; r < rels.rows(); ++r) {
-        const std::string relid(rels.get(r, 0));
         SourceTable st;
         st.table.schema = std::string(rels.get(r, 1));
         st.table.name = std::string(rels.get(r, 2));
-        st.table.source_oid = std::uint32_t(std::stoul(relid));
+        st.table.source_oid = std::uint32_t(std::stoul(std::string(rels.get(r, 0))));
         st.table.publication_membership = std::string(rels.get(r, 4));
         st.estimated_rows = to_int64(rels.get(r, 3));
+        by_oid.emplace(st.table.source_oid, out.size());
+        oids.push_back(st.table.source_oid);
+        out.push_back(std::move(st));
+    }
+    if (out.empty()) {
+        co_return out;
+    }
+    const std::string oid_list = oid_array_literal(oids);
+    const std::string publication_list = schema::text_array_literal(publications);
+    // The table a row of the queries below is about, by the OID in its first column.
+    struct ByOid {
+        std::vector<SourceTable>& tables;
+        const std::map<std::uint32_t, std::size_t>& index;
+        SourceTable& operator()(std::string_view oid) const {
+            return tables[index.at(std::uint32_t(std::stoul(std::string(oid))))];
+        }
+    };
+    const ByOid table_of{out, by_oid};
+
+    // Published columns: PostgreSQL does not let the publications' column lists of one table
+    // differ, so a column is published when every row of pg_publication_tables lists it (or
+    // has no list). With each: its STORAGE when not its type's default (`ALTER COLUMN ... SET
+    // STORAGE`), as the SQL word.
+    io::PgResult cols = co_await conn.exec_params(
+        "SELECT a.attrelid, a.attname, a.atttypid, format_type(a.atttypid, a.atttypmod), "
+        "a.atttypmod, CASE WHEN a.attstorage = t.typstorage THEN NULL "
+        "  WHEN a.attstorage = 'p' THEN 'PLAIN' WHEN a.attstorage = 'm' THEN 'MAIN' "
+        "  WHEN a.attstorage = 'e' THEN 'EXTERNAL' ELSE 'EXTENDED' END "
+        "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+        "JOIN (SELECT c.oid, pt.attnames FROM pg_publication_tables pt "
+        "      JOIN pg_namespace n ON n.nspname = pt.schemaname "
+        "      JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename "
+        "      WHERE pt.pubname = ANY($2::text[]) AND c.oid = ANY($1::oid[])) p "
+        "  ON p.oid = a.attrelid "
+        "WHERE a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '' "
+        "GROUP BY a.attrelid, a.attnum, a.attname, a.atttypid, a.atttypmod, a.attstorage, "
+        "t.typstorage "
+        "HAVING bool_and(p.attnames IS NULL OR a.attname = ANY(p.attnames)) "
+        "ORDER BY a.attrelid, a.attnum",
+        params(oid_list, publication_list));
+    std::vector<std::uint32_t> type_oids;
+    for (int c = 0; c < cols.rows(); ++c) {
+        const auto oid = std::uint32_t(std::stoul(std::string(cols.get(c, 2))));
+        if (!types_.count(oid)) {
+            type_oids.push_back(oid);
+        }
+    }
+    std::sort(type_oids.begin(), type_oids.end());
+    type_oids.erase(std::unique(type_oids.begin(), type_oids.end()), type_oids.end());
+    co_await load_types(conn, std::move(type_oids));
+    for (int c = 0; c < cols.rows(); ++c) {
+        SourceTable& st = table_of(cols.get(c, 0));
+        SourceColumn sc;
+        sc.name = std::string(cols.get(c, 1));
+        sc.type_oid = std::uint32_t(std::stoul(std::string(cols.get(c, 2))));
+        sc.type_sql = std::string(cols.get(c, 3));
+        schema::TableColumn tc;
+        tc.type_sql = sc.type_sql;
+        tc.name = sc.name;
+        tc.typmod = std::int32_t(std::stol(std::string(cols.get(c, 4))));
+        tc.type = co_await resolve(conn, sc.type_oid);
+        tc.storage = schema::storage_class(tc.type);
+        if (!cols.is_null(c, 5)) {
+            tc.pg_storage = std::string(cols.get(c, 5));
+        }
+        st.columns.push_back(std::move(sc));
+        st.table.columns.push_back(std::move(tc));
+    }
+
+    // Missing values: the value rows older than a column hold (`ADD COLUMN ... DEFAULT` with a
+    // non-volatile default), as the type's text output, from the table or, for a partitioned
+    // table, which has no rows of its own, from a partition.
+    io::PgResult missing = co_await conn.exec_params(
+        "SELECT DISTINCT ON (r.relid, m.attname) r.relid, m.attname, m.attmissingval::text "
+        "FROM unnest($1::oid[]) r(relid) "
+        "CROSS JOIN LATERAL (SELECT r.relid AS member "
+        "  UNION SELECT relid FROM pg_partition_tree(r.relid::regclass)) tree "
+        "JOIN pg_attribute m ON m.attrelid = tree.member "
+        "WHERE m.atthasmissing AND NOT m.attisdropped AND m.attnum > 0 "
+        "ORDER BY r.relid, m.attname, m.attrelid",
+        params(oid_list));
+    for (int i = 0; i < missing.rows(); ++i) {
+        SourceTable& st = table_of(missing.get(i, 0));
+        const std::string column(missing.get(i, 1));
+        std::optional<std::string> value =
+            single_array_element(missing.get(i, 2), "column \"" + column + "\"");
+        for (schema::TableColumn& tc : st.table.columns) {
+            if (tc.name == column && value) {
+                tc.missing_text = *value;
+            }
+        }
+    }
+
+    // Row filters: a row is published when any publication's filter accepts it. In the
+    // publications' creation order, so that the text is the same from one run to the next.
+    io::PgResult filters = co_await conn.exec_params(
+        "SELECT c.oid, pt.rowfilter FROM pg_publication_tables pt "
+        "JOIN pg_publication pp ON pp.pubname = pt.pubname "
+        "JOIN pg_namespace n ON n.nspname = pt.schemaname "
+        "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename "
+        "WHERE pt.pubname = ANY($2::text[]) AND c.oid = ANY($1::oid[]) ORDER BY c.oid, pp.oid",
+        params(oid_list, publication_list));
+    std::set<std::uint32_t> unfiltered;
+    for (int f = 0; f < filters.rows(); ++f) {
+        SourceTable& st = table_of(filters.get(f, 0));
+        if (unfiltered.contains(st.table.source_oid)) {
+            continue;
+        }
+        if (filters.is_null(f, 1)) {
+            st.row_filter.clear();
+            unfiltered.insert(st.table.source_oid);
+            continue;
+        }
+        st.row_filter +=
+            (st.row_filter.empty() ? "(" : " OR (") + std::string(filters.get(f, 1)) + ")";
+    }
+
+    // Keys. Updates and deletes identify rows by the replica identity, so the key is the
+    // replica identity index when there is one, else the primary key, else the user's `key`
+    // (which must then lie within the replica identity, unless it is FULL).
+    io::PgResult identity = co_await conn.exec_params(
+        "SELECT c.oid, c.relreplident, a.attname FROM pg_class c "
+        "LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indexrelid = "
+        "  (SELECT i2.indexrelid FROM pg_index i2 WHERE i2.indrelid = c.oid "
+        "   AND ((c.relreplident = 'i' AND i2.indisreplident) "
+        "        OR (c.relreplident <> 'i' AND i2.indisprimary)) LIMIT 1) "
+        "LEFT JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, ord) ON true "
+        "LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum "
+        "WHERE c.oid = ANY($1::oid[]) ORDER BY c.oid, k.ord",
+        params(oid_list));
+    std::map<std::uint32_t, char> replident;
+    std::map<std::uint32_t, std::vector<std::string>> identity_names;
+    for (int k = 0; k < identity.rows(); ++k) {
+        const std::uint32_t oid = table_of(identity.get(k, 0)).table.source_oid;
+        replident.emplace(oid, identity.get(k, 1).empty() ? 'd' : identity.get(k, 1)[0]);
+        if (!identity.is_null(k, 2)) {
+            identity_names[oid].emplace_back(identity.get(k, 2));
+        }
+    }
+    // REPLICA IDENTITY FULL: any unique key works; the primary key if there is one.
+    std::map<std::uint32_t, std::vector<std::string>> primary_keys;
+    if (std::any_of(replident.begin(), replident.end(),
+                    [](const auto& r) { return r.second == 'f'; })) {
+        io::PgResult keys = co_await conn.exec_params(
+            "SELECT i.indrelid, a.attname FROM pg_index i "
+            "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, ord) "
+            "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+            "WHERE i.indrelid = ANY($1::oid[]) AND i.indisprimary ORDER BY i.indrelid, k.ord",
+            params(oid_list));
+        for (int k = 0; k < keys.rows(); ++k) {
+            primary_keys[table_of(keys.get(k, 0)).table.source_oid].emplace_back(keys.get(k, 1));
+        }
+    }
+
+    std::map<std::string, std::string> target_owner; // lower-cased target → source name
+    for (SourceTable& st : out) {
         const TableOverride* ov = nullptr;
         for (const auto& o : overrides) {
             if (o.schema == st.table.schema && o.name == st.table.name) {
@@ -191,87 +350,16 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
                               ? *ov->target
                               : schema::default_target_name(st.table.schema, st.table.name);
 
-        // Published columns: the union of the publications' column lists is not allowed by
-        // PostgreSQL to differ, so any one row of pg_publication_tables gives them.
-        io::PgResult cols = co_await conn.exec_params(
-            "SELECT a.attname, a.atttypid, format_type(a.atttypid, a.atttypmod), a.atttypmod "
-            "FROM pg_attribute a WHERE a.attrelid = $1::oid AND a.attnum > 0 "
-            "AND NOT a.attisdropped AND a.attgenerated = '' "
-            "AND (SELECT bool_and(pt.attnames IS NULL OR a.attname = ANY(pt.attnames)) "
-            "     FROM pg_publication_tables pt WHERE pt.pubname = ANY($2::text[]) "
-            "     AND pt.schemaname = $3 AND pt.tablename = $4) "
-            "ORDER BY a.attnum",
-            params(relid, schema::text_array_literal(publications), st.table.schema,
-                   st.table.name));
-        for (int c = 0; c < cols.rows(); ++c) {
-            SourceColumn sc;
-            sc.name = std::string(cols.get(c, 0));
-            sc.type_oid = std::uint32_t(std::stoul(std::string(cols.get(c, 1))));
-            sc.type_sql = std::string(cols.get(c, 2));
-            schema::TableColumn tc;
-            tc.type_sql = sc.type_sql;
-            tc.name = sc.name;
-            tc.typmod = std::int32_t(std::stol(std::string(cols.get(c, 3))));
-            tc.type = co_await resolve(conn, sc.type_oid);
-            tc.storage = schema::storage_class(tc.type);
-            st.columns.push_back(std::move(sc));
-            st.table.columns.push_back(std::move(tc));
-        }
-        const std::map<std::string, std::string> missing =
-            co_await missing_values(conn, std::uint32_t(std::stoul(relid)));
-        const std::map<std::string, std::string> storage =
-            co_await column_storage(conn, std::uint32_t(std::stoul(relid)));
-        for (schema::TableColumn& tc : st.table.columns) {
-            if (const auto it = missing.find(tc.name); it != missing.end()) {
-                tc.missing_text = it->second;
-            }
-            if (const auto it = storage.find(tc.name); it != storage.end()) {
-                tc.pg_storage = it->second;
-            }
-        }
-
-        // Row filters: a row is published when any publication's filter accepts it.
-        io::PgResult filters = co_await conn.exec_params(
-            "SELECT rowfilter FROM pg_publication_tables WHERE pubname = ANY($1::text[]) "
-            "AND schemaname = $2 AND tablename = $3",
-            params(schema::text_array_literal(publications), st.table.schema, st.table.name));
-        for (int f = 0; f < filters.rows(); ++f) {
-            if (filters.is_null(f, 0)) {
-                st.row_filter.clear();
-                break;
-            }
-            st.row_filter +=
-                (st.row_filter.empty() ? "(" : " OR (") + std::string(filters.get(f, 0)) + ")";
-        }
-
-        // Keys. Updates and deletes identify rows by the replica identity, so the key is the
-        // replica identity index when there is one, else the primary key, else the user's
-        // `key` (which must then lie within the replica identity, unless it is FULL).
-        io::PgResult identity = co_await conn.exec_params(
-            "SELECT c.relreplident, a.attname FROM pg_class c "
-            "LEFT JOIN pg_index i ON i.indrelid = c.oid AND i.indexrelid = "
-            "  (SELECT i2.indexrelid FROM pg_index i2 WHERE i2.indrelid = c.oid "
-            "   AND ((c.relreplident = 'i' AND i2.indisreplident) "
-            "        OR (c.relreplident <> 'i' AND i2.indisprimary)) LIMIT 1) "
-            "LEFT JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, ord) ON true "
-            "LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum "
-            "WHERE c.oid = $1::oid ORDER BY k.ord",
-            params(relid));
-        const char replident =
-            identity.rows() > 0 && !identity.get(0, 0).empty() ? identity.get(0, 0)[0] : 'd';
-        std::vector<std::string> identity_names;
-        for (int k = 0; k < identity.rows(); ++k) {
-            if (!identity.is_null(k, 1)) {
-                identity_names.emplace_back(identity.get(k, 1));
-            }
-        }
+        const std::uint32_t oid = st.table.source_oid;
+        const char ident = replident.contains(oid) ? replident.at(oid) : 'd';
+        const std::vector<std::string>& ident_names = identity_names[oid];
         std::vector<std::string> key_names;
         if (ov && ov->key) {
             key_names = *ov->key;
             for (const auto& k : key_names) {
-                const bool covered = std::find(identity_names.begin(), identity_names.end(), k) !=
-                                     identity_names.end();
-                if (!covered && replident != 'f' && !identity_names.empty()) {
+                const bool covered = std::find(ident_names.begin(), ident_names.end(), k) !=
+                                     ident_names.end();
+                if (!covered && ident != 'f' && !ident_names.empty()) {
                     throw DefiniteError(
                         ExitCode::SourceNotReady,
                         "key column \"" + k + "\" of table " + st.table.qualified() +
@@ -281,19 +369,10 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
                             st.table.qualified() + " REPLICA IDENTITY FULL");
                 }
             }
-        } else if (replident != 'f' || !identity_names.empty()) {
-            key_names = identity_names;
+        } else if (ident != 'f' || !ident_names.empty()) {
+            key_names = ident_names;
         } else {
-            // REPLICA IDENTITY FULL: any unique key works; the primary key if there is one.
-            io::PgResult keys = co_await conn.exec_params(
-                "SELECT a.attname FROM pg_index i "
-                "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, ord) "
-                "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
-                "WHERE i.indrelid = $1::oid AND i.indisprimary ORDER BY k.ord",
-                params(relid));
-            for (int k = 0; k < keys.rows(); ++k) {
-                key_names.emplace_back(keys.get(k, 0));
-            }
+            key_names = primary_keys[oid];
         }
         if (key_names.empty()) {
             throw DefiniteError(
@@ -324,7 +403,6 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
                                     " both map to the destination table \"" + st.table.target +
                                     "\"; set target = \"...\" in a [[tables]] entry for one");
         }
-        out.push_back(std::move(st));
     }
     co_return out;
 }
