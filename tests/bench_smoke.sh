@@ -10,12 +10,14 @@ build=$2
 out=$(mktemp -d /tmp/pgtide-bench-smoke-XXXXXX)
 trap 'rm -rf "$out"' EXIT
 "$src/bench/run" --scale 0.01 --repeat 1 --live-seconds 5 --no-record --no-build \
+    --scenarios snapshot,stream,live,pg_snapshot,pg_stream,memory,many_tables \
     --build-dir "$build" --json-out "$out/bench.json"
 python3 - "$out/bench.json" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))
 problems = []
-want = {"snapshot", "stream_txn10", "stream_txn1000", "live", "pg_snapshot", "pg_stream", "memory"}
+want = {"snapshot", "stream_txn10", "stream_txn1000", "live", "pg_snapshot", "pg_stream", "memory",
+        "many_tables"}
 got = [s["scenario"] for s in doc["scenarios"]]
 if set(got) != want:
     problems.append(f"scenarios {sorted(got)}, expected {sorted(want)}")
