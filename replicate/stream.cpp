@@ -227,13 +227,33 @@ io::Task<void> Stream::on_relation(pgoutput::Relation rel) {
         }
     }
     // What rows older than a column hold (ADD COLUMN ... DEFAULT), read now: PostgreSQL keeps
-    // a column's missing value until the table is rewritten.
+    // a column's missing value until the table is rewritten. Only a column the description
+    // lacks needs them (a destination adds it with that default and storage): a description
+    // of the same columns, the first one of every table after each connect, keeps what the
+    // table's description says, without two catalog round trips per table.
     std::map<std::string, std::string> missing;
     std::map<std::string, std::string> storage; // for a PostgreSQL destination's new columns
     if (known != by_name_.end()) {
-        missing = co_await catalog_.missing_values(catalog_conn_, rel.oid);
-        if (known->second->source_text) { // only a PostgreSQL destination declares storage
-            storage = co_await catalog_.column_storage(catalog_conn_, rel.oid);
+        const auto& columns = known->second->columns;
+        const bool adds_a_column = std::any_of(
+            rel.columns.begin(), rel.columns.end(), [&](const pgoutput::RelationColumn& rc) {
+                return std::none_of(columns.begin(), columns.end(),
+                                    [&](const schema::TableColumn& c) { return c.name == rc.name; });
+            });
+        if (adds_a_column) {
+            missing = co_await catalog_.missing_values(catalog_conn_, rel.oid);
+            if (known->second->source_text) { // only a PostgreSQL destination declares storage
+                storage = co_await catalog_.column_storage(catalog_conn_, rel.oid);
+            }
+        } else {
+            for (const schema::TableColumn& c : columns) {
+                if (c.missing_text) {
+                    missing.emplace(c.name, *c.missing_text);
+                }
+                if (!c.pg_storage.empty()) {
+                    storage.emplace(c.name, c.pg_storage);
+                }
+            }
         }
     }
     install_relation(rel, types, type_sql, missing, storage);
