@@ -816,6 +816,69 @@ TEST_F(PostgresDestination, DestinationRestartMidStreamReconnectsAndLosesNothing
 // exited 0 with 600 rows against the source's 514, the deletes the slot had confirmed lost for
 // good; with the reconnect, pgtide went on from the older checkpoint the destination was left
 // with, and the destination never caught up.
+// The destination goes away while the snapshot is copied: pgtide stops with an error that names
+// the destination (a copy is not resumed in-process), and loses nothing: the next run goes on
+// with the same epoch, from what the destination committed, and ends equal row by row.
+TEST_F(PostgresDestination, DestinationLostDuringTheSnapshotStopsThenTheNextRunEndsEqual) {
+    PGTIDE_REQUIRE_PG();
+    PgServer dest_server;
+    const std::string db = dest_server.create_database();
+    const std::string url = "postgresql://postgres@/" + db + "?host=" + dest_server.socket_dir() +
+                            "&port=" + std::to_string(dest_server.port());
+    exec("CREATE TABLE big (id bigint PRIMARY KEY, v text NOT NULL);"
+         "INSERT INTO big SELECT g, 'row ' || g FROM generate_series(1, 300000) g;"
+         "CREATE TABLE small (id int PRIMARY KEY, v text);"
+         "INSERT INTO small SELECT g, md5(g::text) FROM generate_series(1, 100) g;"
+         "CREATE PUBLICATION pub FOR TABLE big, small");
+    const std::string config = (dir_ / "lost.toml").string();
+    {
+        std::ofstream f(config);
+        f << "[source]\ndsn = \"" << dsn() << "\"\npublications = [\"pub\"]\nslot = \"" << slot()
+          << "\"\n[destination]\nurl = \"" << url
+          << "\"\n[snapshot]\npage_rows = 200\nbatch_rows = 200\ncommit_rows = 2000\n"
+             "split_rows = 100000000\n";
+    }
+    const std::string progress =
+        "SELECT c.phase || ' ' || t.rows_copied FROM _pgtide_checkpoint c, _pgtide_tables t "
+        "WHERE t.source_table = 'public.big'";
+    PgtideProcess p({"run", "-c", config});
+    std::string seen;
+    ASSERT_TRUE(wait_for([&] {
+        if (!p.running()) {
+            return true; // fails below
+        }
+        try {
+            seen = dest_server.query_value(db, progress);
+            return seen.starts_with("snapshot ") && seen != "snapshot 0";
+        } catch (const std::exception&) {
+            return false; // not created yet
+        }
+    })) << seen << "\n"
+        << p.stderr_text();
+    ASSERT_TRUE(p.running()) << p.stderr_text();
+    dest_server.stop("immediate");
+    ASSERT_TRUE(seen.starts_with("snapshot ")) << seen;
+    const std::optional<int> code = p.wait_for(60s);
+    ASSERT_TRUE(code.has_value()) << p.stderr_text();
+    EXPECT_NE(*code, 0) << p.stderr_text();
+    EXPECT_NE(p.stderr_text().find("postgresql destination"), std::string::npos)
+        << p.stderr_text();
+
+    dest_server.start();
+    std::string out;
+    std::string err;
+    ASSERT_EQ(PgtideProcess::run({"run", "-c", config, "--once"}, &out, &err), 0) << err;
+    EXPECT_EQ(dest_server.query_value(db, "SELECT epoch FROM _pgtide_checkpoint"), "1") << err;
+    for (const char* sql : {"SELECT id, v FROM big ORDER BY id", "SELECT id, v FROM small ORDER BY id"}) {
+        const Rows source = query(sql);
+        const Rows dest = dest_server.query(db, sql);
+        ASSERT_EQ(source.size(), dest.size()) << sql;
+        for (std::size_t i = 0; i < source.size(); ++i) {
+            ASSERT_EQ(source[i], dest[i]) << "row " << i << " of " << sql;
+        }
+    }
+}
+
 TEST_F(PostgresDestination, AsynchronousCommitsOnTheDestinationStillCheckpointDurably) {
     PGTIDE_REQUIRE_PG();
     PgServer dest_server({"wal_writer_delay = '10s'", "wal_writer_flush_after = '1GB'"});
