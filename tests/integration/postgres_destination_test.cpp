@@ -535,12 +535,11 @@ TEST_F(PostgresDestination, ManySmallTablesKeepToTheirShareOfConnections) {
     std::string ddl;
     for (int i = 1; i <= kTables; ++i) {
         const std::string t = "many_" + std::to_string(i);
-        ddl += "CREATE TABLE " + t + " (id bigint PRIMARY KEY, v text NOT NULL);" +
-               "INSERT INTO " + t + " SELECT g, '" + t + " ' || g FROM generate_series(1, " +
+        ddl += "CREATE TABLE " + t + " (id bigint PRIMARY KEY, v text NOT NULL);";
+        ddl += "INSERT INTO " + t + " SELECT g, '" + t + " ' || g FROM generate_series(1, " +
                std::to_string(20 + i) + ") g;";
         if (i % 5 == 0) { // rows older than the column hold its missing value
-            ddl += "ALTER TABLE " + t + " ADD COLUMN extra int DEFAULT " + std::to_string(i) +
-                   ";";
+            ddl += "ALTER TABLE " + t + " ADD COLUMN extra int DEFAULT " + std::to_string(i) + ";";
         }
         if (i % 7 == 0) {
             ddl += "ALTER TABLE " + t + " REPLICA IDENTITY FULL;";
@@ -574,7 +573,8 @@ TEST_F(PostgresDestination, ManySmallTablesKeepToTheirShareOfConnections) {
             } catch (const std::exception&) {
                 return false; // not created yet
             }
-        })) << seen << "\n"
+        })) << seen
+            << "\n"
             << p.stderr_text();
         p.kill(SIGTERM);
         const std::optional<int> code = p.wait_for(20s);
@@ -853,7 +853,8 @@ TEST_F(PostgresDestination, DestinationLostDuringTheSnapshotStopsThenTheNextRunE
         } catch (const std::exception&) {
             return false; // not created yet
         }
-    })) << seen << "\n"
+    })) << seen
+        << "\n"
         << p.stderr_text();
     ASSERT_TRUE(p.running()) << p.stderr_text();
     dest_server.stop("immediate");
@@ -861,15 +862,15 @@ TEST_F(PostgresDestination, DestinationLostDuringTheSnapshotStopsThenTheNextRunE
     const std::optional<int> code = p.wait_for(60s);
     ASSERT_TRUE(code.has_value()) << p.stderr_text();
     EXPECT_NE(*code, 0) << p.stderr_text();
-    EXPECT_NE(p.stderr_text().find("postgresql destination"), std::string::npos)
-        << p.stderr_text();
+    EXPECT_NE(p.stderr_text().find("postgresql destination"), std::string::npos) << p.stderr_text();
 
     dest_server.start();
     std::string out;
     std::string err;
     ASSERT_EQ(PgtideProcess::run({"run", "-c", config, "--once"}, &out, &err), 0) << err;
     EXPECT_EQ(dest_server.query_value(db, "SELECT epoch FROM _pgtide_checkpoint"), "1") << err;
-    for (const char* sql : {"SELECT id, v FROM big ORDER BY id", "SELECT id, v FROM small ORDER BY id"}) {
+    for (const char* sql :
+         {"SELECT id, v FROM big ORDER BY id", "SELECT id, v FROM small ORDER BY id"}) {
         const Rows source = query(sql);
         const Rows dest = dest_server.query(db, sql);
         ASSERT_EQ(source.size(), dest.size()) << sql;

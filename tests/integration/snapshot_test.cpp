@@ -175,8 +175,8 @@ TEST_F(Snapshot, RowFiltersOfTwoPublicationsAreOred) {
     EXPECT_EQ(SqliteFile(sqlite_path_).rows("SELECT count(*) FROM orders"), Rows{{"198"}});
 
     // Rows move into and out of the filters; every note is published.
-    exec("UPDATE orders SET tenant = 2 WHERE id % 10 = 1;"   // from tenant 1 to 2
-         "UPDATE orders SET total = 5 WHERE id % 10 = 2;"    // out of the second filter
+    exec("UPDATE orders SET tenant = 2 WHERE id % 10 = 1;" // from tenant 1 to 2
+         "UPDATE orders SET total = 5 WHERE id % 10 = 2;"  // out of the second filter
          "DELETE FROM orders WHERE id % 15 = 6;"
          "UPDATE notes SET body = 'changed' WHERE tenant = 1; DELETE FROM notes WHERE id < 10");
     ASSERT_EQ(run_config_once(path, nullptr, &err), 0) << err;
