@@ -357,8 +357,8 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
         if (ov && ov->key) {
             key_names = *ov->key;
             for (const auto& k : key_names) {
-                const bool covered = std::find(ident_names.begin(), ident_names.end(), k) !=
-                                     ident_names.end();
+                const bool covered =
+                    std::find(ident_names.begin(), ident_names.end(), k) != ident_names.end();
                 if (!covered && ident != 'f' && !ident_names.empty()) {
                     throw DefiniteError(
                         ExitCode::SourceNotReady,

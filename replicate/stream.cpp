@@ -237,8 +237,9 @@ io::Task<void> Stream::on_relation(pgoutput::Relation rel) {
         const auto& columns = known->second->columns;
         const bool adds_a_column = std::any_of(
             rel.columns.begin(), rel.columns.end(), [&](const pgoutput::RelationColumn& rc) {
-                return std::none_of(columns.begin(), columns.end(),
-                                    [&](const schema::TableColumn& c) { return c.name == rc.name; });
+                return std::none_of(
+                    columns.begin(), columns.end(),
+                    [&](const schema::TableColumn& c) { return c.name == rc.name; });
             });
         if (adds_a_column) {
             missing = co_await catalog_.missing_values(catalog_conn_, rel.oid);
