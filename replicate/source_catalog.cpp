@@ -78,6 +78,13 @@ std::string published_relations_sql(int server_version) {
            "ORDER BY 2, 3";
 }
 
+// The rows of pg_publication_tables (pt) of publications $2 (a text array) about the tables
+// whose OIDs (c.oid) are in $1 (an oid array): one per publication that publishes the table.
+constexpr const char* kPublicationRowsOfTables =
+    "FROM pg_publication_tables pt JOIN pg_namespace n ON n.nspname = pt.schemaname "
+    "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename "
+    "WHERE pt.pubname = ANY($2::text[]) AND c.oid = ANY($1::oid[])";
+
 // Splits a PostgreSQL text array of names as array_to_json would not: we ask the server for
 // one name per row instead, so this only has to deal with simple rows.
 std::int64_t to_int64(std::string_view s) {
@@ -207,23 +214,22 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
     // differ, so a column is published when every row of pg_publication_tables lists it (or
     // has no list). With each: its STORAGE when not its type's default (`ALTER COLUMN ... SET
     // STORAGE`), as the SQL word.
-    io::PgResult cols = co_await conn.exec_params(
+    // Named first: GCC 12 mishandles temporaries built inside a co_await expression.
+    const std::string columns_sql =
         "SELECT a.attrelid, a.attname, a.atttypid, format_type(a.atttypid, a.atttypmod), "
         "a.atttypmod, CASE WHEN a.attstorage = t.typstorage THEN NULL "
         "  WHEN a.attstorage = 'p' THEN 'PLAIN' WHEN a.attstorage = 'm' THEN 'MAIN' "
         "  WHEN a.attstorage = 'e' THEN 'EXTERNAL' ELSE 'EXTENDED' END "
         "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
-        "JOIN (SELECT c.oid, pt.attnames FROM pg_publication_tables pt "
-        "      JOIN pg_namespace n ON n.nspname = pt.schemaname "
-        "      JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename "
-        "      WHERE pt.pubname = ANY($2::text[]) AND c.oid = ANY($1::oid[])) p "
-        "  ON p.oid = a.attrelid "
+        "JOIN (SELECT c.oid, pt.attnames " +
+        std::string(kPublicationRowsOfTables) +
+        ") p ON p.oid = a.attrelid "
         "WHERE a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '' "
         "GROUP BY a.attrelid, a.attnum, a.attname, a.atttypid, a.atttypmod, a.attstorage, "
         "t.typstorage "
         "HAVING bool_and(p.attnames IS NULL OR a.attname = ANY(p.attnames)) "
-        "ORDER BY a.attrelid, a.attnum",
-        params(oid_list, publication_list));
+        "ORDER BY a.attrelid, a.attnum";
+    io::PgResult cols = co_await conn.exec_params(columns_sql, params(oid_list, publication_list));
     std::vector<std::uint32_t> type_oids;
     for (int c = 0; c < cols.rows(); ++c) {
         const auto oid = std::uint32_t(std::stoul(std::string(cols.get(c, 2))));
@@ -279,13 +285,11 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
 
     // Row filters: a row is published when any publication's filter accepts it. In the
     // publications' creation order, so that the text is the same from one run to the next.
-    io::PgResult filters = co_await conn.exec_params(
-        "SELECT c.oid, pt.rowfilter FROM pg_publication_tables pt "
-        "JOIN pg_publication pp ON pp.pubname = pt.pubname "
-        "JOIN pg_namespace n ON n.nspname = pt.schemaname "
-        "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename "
-        "WHERE pt.pubname = ANY($2::text[]) AND c.oid = ANY($1::oid[]) ORDER BY c.oid, pp.oid",
-        params(oid_list, publication_list));
+    const std::string filters_sql =
+        "SELECT c.oid, pt.rowfilter " + std::string(kPublicationRowsOfTables) +
+        " ORDER BY c.oid, (SELECT pp.oid FROM pg_publication pp WHERE pp.pubname = pt.pubname)";
+    io::PgResult filters =
+        co_await conn.exec_params(filters_sql, params(oid_list, publication_list));
     std::set<std::uint32_t> unfiltered;
     for (int f = 0; f < filters.rows(); ++f) {
         SourceTable& st = table_of(filters.get(f, 0));
