@@ -85,6 +85,19 @@ constexpr const char* kPublicationRowsOfTables =
     "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename "
     "WHERE pt.pubname = ANY($2::text[]) AND c.oid = ANY($1::oid[])";
 
+// The missing values (the value rows older than a column hold, `ADD COLUMN ... DEFAULT` with a
+// non-volatile default) of the relations whose OIDs are in $1 (an oid array), as the type's text
+// output in a one-element array: relation, column, value. From the relation or, for a
+// partitioned table, which has no rows of its own, from a partition.
+constexpr const char* kMissingValuesSql =
+    "SELECT DISTINCT ON (r.relid, m.attname) r.relid, m.attname, m.attmissingval::text "
+    "FROM unnest($1::oid[]) r(relid) "
+    "CROSS JOIN LATERAL (SELECT r.relid AS member "
+    "  UNION SELECT relid FROM pg_partition_tree(r.relid::regclass)) tree "
+    "JOIN pg_attribute m ON m.attrelid = tree.member "
+    "WHERE m.atthasmissing AND NOT m.attisdropped AND m.attnum > 0 "
+    "ORDER BY r.relid, m.attname, m.attrelid";
+
 // Splits a PostgreSQL text array of names as array_to_json would not: we ask the server for
 // one name per row instead, so this only has to deal with simple rows.
 std::int64_t to_int64(std::string_view s) {
@@ -259,18 +272,7 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
         st.table.columns.push_back(std::move(tc));
     }
 
-    // Missing values: the value rows older than a column hold (`ADD COLUMN ... DEFAULT` with a
-    // non-volatile default), as the type's text output, from the table or, for a partitioned
-    // table, which has no rows of its own, from a partition.
-    io::PgResult missing = co_await conn.exec_params(
-        "SELECT DISTINCT ON (r.relid, m.attname) r.relid, m.attname, m.attmissingval::text "
-        "FROM unnest($1::oid[]) r(relid) "
-        "CROSS JOIN LATERAL (SELECT r.relid AS member "
-        "  UNION SELECT relid FROM pg_partition_tree(r.relid::regclass)) tree "
-        "JOIN pg_attribute m ON m.attrelid = tree.member "
-        "WHERE m.atthasmissing AND NOT m.attisdropped AND m.attnum > 0 "
-        "ORDER BY r.relid, m.attname, m.attrelid",
-        params(oid_list));
+    io::PgResult missing = co_await conn.exec_params(kMissingValuesSql, params(oid_list));
     for (int i = 0; i < missing.rows(); ++i) {
         SourceTable& st = table_of(missing.get(i, 0));
         const std::string column(missing.get(i, 1));
@@ -569,18 +571,14 @@ io::Task<schema::TypeRef> SourceCatalog::resolve(io::PgConnection& conn, std::ui
 
 io::Task<std::map<std::string, std::string>> SourceCatalog::missing_values(io::PgConnection& conn,
                                                                            std::uint32_t relid) {
-    // A partitioned table has no rows of its own: its partitions hold the missing values.
-    io::PgResult r = co_await conn.exec_params(
-        "SELECT DISTINCT ON (a.attname) a.attname, a.attmissingval::text FROM pg_attribute a "
-        "WHERE (a.attrelid = $1::oid OR a.attrelid IN "
-        "       (SELECT relid FROM pg_partition_tree($1::oid::regclass))) "
-        "AND a.attnum > 0 AND NOT a.attisdropped AND a.atthasmissing ORDER BY a.attname",
-        params(std::to_string(relid)));
+    // Named first: GCC 12 miscompiles initializer lists inside co_await expressions.
+    const std::string relids = oid_array_literal(std::vector<std::uint32_t>(1, relid));
+    io::PgResult r = co_await conn.exec_params(kMissingValuesSql, params(relids));
     std::map<std::string, std::string> values;
     for (int i = 0; i < r.rows(); ++i) {
-        const std::string column(r.get(i, 0));
+        const std::string column(r.get(i, 1));
         std::optional<std::string> value =
-            single_array_element(r.get(i, 1), "column \"" + column + "\"");
+            single_array_element(r.get(i, 2), "column \"" + column + "\"");
         if (value) {
             values.emplace(column, std::move(*value));
         }
