@@ -1262,6 +1262,7 @@ io::Task<RunSummary> Coordinator::run_phases() {
             unreachable_since.reset();
             StreamOptions stream_options;
             stream_options.status_interval = options_.status_interval;
+            stream_options.receive_timeout = options_.receive_timeout;
             // Quiet periods this long end with a Tick, which commits a stale destination
             // transaction: lag stays within about 1.5 flush intervals.
             stream_options.tick =

@@ -54,6 +54,7 @@ struct RunOptions {
     std::int64_t copy_commit_rows = 50000; ///< rows of a copy per destination commit
     // [stream], [apply]
     std::chrono::milliseconds status_interval{10000};
+    std::chrono::milliseconds receive_timeout{30000}; ///< stream.receive_timeout
     bool stream_binary = false;
     /// stream.large_transactions = "stream": ask for streaming 'on' and spool in-progress
     /// transactions to files until they end; false ("off"): the source sends them at commit.

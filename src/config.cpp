@@ -29,9 +29,9 @@ constexpr std::string_view kDestinationKeys[] = {"url", "deletes", "reconnect_de
 constexpr std::string_view kSnapshotKeys[] = {"parallel_tables", "page_rows",     "batch_rows",
                                               "batch_bytes",     "max_row_bytes", "max_attempts",
                                               "split_rows",      "chunk_rows",    "commit_rows"};
-constexpr std::string_view kStreamKeys[] = {"heartbeat_interval", "status_interval",
-                                            "large_transactions", "binary",
-                                            "spool_dir",          "publication_poll_interval"};
+constexpr std::string_view kStreamKeys[] = {
+    "heartbeat_interval", "status_interval",           "large_transactions", "binary",
+    "spool_dir",          "publication_poll_interval", "receive_timeout"};
 constexpr std::string_view kApplyKeys[] = {"flush_interval", "batch_rows", "batch_bytes"};
 constexpr std::string_view kMetricsKeys[] = {"listen"};
 constexpr std::string_view kLogKeys[] = {"format", "level"};
@@ -479,6 +479,7 @@ void read_stream(const Section& s, StreamConfig& stream) {
     assign(stream.heartbeat_interval, s.duration("heartbeat_interval"));
     assign(stream.status_interval, s.duration("status_interval"));
     assign(stream.publication_poll_interval, s.duration("publication_poll_interval"));
+    assign(stream.receive_timeout, s.duration("receive_timeout"));
     assign(stream.large_transactions, s.word("large_transactions", kLargeTransactionsWords));
     assign(stream.binary, s.boolean("binary"));
     if (auto dir = s.string("spool_dir")) {
@@ -731,6 +732,10 @@ void validate(const Config& config) {
     check_positive("stream.heartbeat_interval", config.stream.heartbeat_interval);
     check_positive("stream.status_interval", config.stream.status_interval);
     check_positive("stream.publication_poll_interval", config.stream.publication_poll_interval);
+    if (config.stream.receive_timeout < std::chrono::seconds(1)) {
+        throw ConfigError("stream.receive_timeout must be at least 1s (found " +
+                          std::to_string(config.stream.receive_timeout.count()) + "ms)");
+    }
     if (config.stream.spool_dir.find('\0') != std::string::npos) {
         throw ConfigError("stream.spool_dir must not contain a NUL character");
     }

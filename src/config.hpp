@@ -87,6 +87,9 @@ struct StreamConfig {
     /// How often the running stream looks for tables the publications gained (they are also
     /// found at their first change).
     std::chrono::milliseconds publication_poll_interval{10000};
+    /// Silence from the source this long means a dead connection (a partition drops packets
+    /// without a reset); at half of it pgtide asks the walsender for a reply.
+    std::chrono::milliseconds receive_timeout{30000};
     enum class LargeTransactions { Stream, Off } large_transactions = LargeTransactions::Stream;
     /// Ask pgoutput for binary column values when every published type has a binary decoder.
     bool binary = false;

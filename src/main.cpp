@@ -56,6 +56,7 @@ pgtide::replicate::RunOptions run_options(const pgtide::app::Config& c,
     o.chunk_rows = c.snapshot.chunk_rows;
     o.copy_commit_rows = c.snapshot.commit_rows_for(c.destination, c.apply);
     o.status_interval = c.stream.status_interval;
+    o.receive_timeout = c.stream.receive_timeout;
     o.stream_binary = c.stream.binary;
     o.stream_large_transactions =
         c.stream.large_transactions == pgtide::app::StreamConfig::LargeTransactions::Stream;

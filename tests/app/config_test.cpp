@@ -80,6 +80,7 @@ TEST(Config, Defaults) {
               1000000);
     EXPECT_EQ(c.stream.heartbeat_interval, 10s);
     EXPECT_EQ(c.stream.status_interval, 10s);
+    EXPECT_EQ(c.stream.receive_timeout, 30s);
     EXPECT_EQ(c.stream.large_transactions, StreamConfig::LargeTransactions::Stream);
     EXPECT_EQ(c.stream.spool_dir, "");
     EXPECT_EQ(c.apply.flush_interval, 100ms);
@@ -125,6 +126,7 @@ commit_rows = 20000
 heartbeat_interval = "30s"
 status_interval = "1m30s"
 publication_poll_interval = "2s"
+receive_timeout = "45s"
 large_transactions = "off"
 spool_dir = "/var/spool/pgtide"
 
@@ -173,6 +175,7 @@ name = "customers"
     expected.stream = StreamConfig{.heartbeat_interval = 30s,
                                    .status_interval = 90s,
                                    .publication_poll_interval = 2s,
+                                   .receive_timeout = 45s,
                                    .large_transactions = StreamConfig::LargeTransactions::Off,
                                    .spool_dir = "/var/spool/pgtide"};
     expected.apply =
@@ -490,6 +493,9 @@ TEST(ConfigValidate, NumbersMustBePositive) {
     c = minimal();
     c.stream.status_interval = 0ms;
     EXPECT_EQ(validate_error(c), "stream.status_interval must be longer than 0 (found 0ms)");
+    c = minimal();
+    c.stream.receive_timeout = 500ms;
+    EXPECT_EQ(validate_error(c), "stream.receive_timeout must be at least 1s (found 500ms)");
     c = minimal();
     c.source.reconnect_deadline = -1ms;
     EXPECT_EQ(validate_error(c), "source.reconnect_deadline must be longer than 0 (found -1ms)");

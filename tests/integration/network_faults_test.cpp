@@ -390,9 +390,8 @@ TEST_F(NetworkFaults, BriefCutAfterStreamingLongerThanTheDeadlineReconnects) {
 }
 
 // (4b) A silent network (every byte held, no FIN, no RST: a partition) that outlasts
-// source.reconnect_deadline: pgtide must notice the dead session and give up like (4), not
-// wait forever on a socket that will never speak again. 90 s leaves room for a receive timeout
-// as long as PostgreSQL's wal_receiver_timeout (60 s) plus the deadline.
+// source.reconnect_deadline: pgtide must notice the dead session (stream.receive_timeout, here
+// 4 s) and give up like (4), not wait forever on a socket that will never speak again.
 //
 // Broken on purpose once, then reverted: Stream::run (replicate/stream.cpp) reset its silence
 // bookkeeping (`last_received_ = now; pinged_ = false;`) after every read, timeouts included
@@ -402,7 +401,8 @@ TEST_F(NetworkFaults, SilentNetworkPastTheDeadlineExits) {
     exec("CREATE TABLE t (id int PRIMARY KEY, v bigint, note text)");
     exec("INSERT INTO t SELECT g, g, 'snap' FROM generate_series(1, 100) g");
     exec("CREATE PUBLICATION pub FOR TABLE t");
-    const std::string cfg = config("reconnect_deadline = \"3s\"");
+    const std::string cfg =
+        config("reconnect_deadline = \"3s\"", "[stream]\nreceive_timeout = \"4s\"\n");
     PgtideProcess pgtide({"run", "-c", cfg});
     wait_streaming(pgtide);
     if (HasFatalFailure()) {
@@ -412,7 +412,8 @@ TEST_F(NetworkFaults, SilentNetworkPastTheDeadlineExits) {
     exec("INSERT INTO t SELECT g, g, 'unseen' FROM generate_series(101, 150) g");
     const auto code = pgtide.wait_for(90s);
     ASSERT_TRUE(code.has_value())
-        << "pgtide still running 90 s into a silent network with reconnect_deadline = 3s\n"
+        << "pgtide still running 90 s into a silent network with reconnect_deadline = 3s and "
+           "receive_timeout = 4s\n"
         << pgtide.stderr_text();
     EXPECT_EQ(*code, 1) << pgtide.stderr_text();
     EXPECT_NE(pgtide.stderr_text().find("past source.reconnect_deadline; last error:"),

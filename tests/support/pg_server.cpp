@@ -1,11 +1,12 @@
 // PgServer: initdb, start, stop and query a throw-away PostgreSQL cluster for tests.
 //
-// Lifecycle. The constructor makes a temp dir (socket, server.log, data/), runs initdb into it,
-// appends the test settings to postgresql.conf and starts the server on a port that was free a
-// moment ago (and tries another one if someone took it meanwhile). Before initdb it forks a
-// watchdog in its own session that waits for EOF on a pipe only this process holds: when the
-// test process ends in any way, abort and SIGKILL included, the watchdog stops the server
-// (immediate) and removes the directory, so a crashed test never leaves a postmaster behind.
+// Lifecycle. The constructor makes a temp dir (socket, server.log, data/), copies into it a
+// cluster initdb made once for this installation (initdb_template), appends the test settings
+// to postgresql.conf and starts the server on a port that was free a moment ago (and tries
+// another one if someone took it meanwhile). Before that it forks a watchdog in its own session
+// that waits for EOF on a pipe only this process holds: when the test process ends in any way,
+// abort and SIGKILL included, the watchdog stops the server (immediate) and removes the
+// directory, so a crashed test never leaves a postmaster behind.
 // The destructor does the same itself and then lets the watchdog go.
 //
 // PostgreSQL refuses to run as root: when the tests do, initdb and pg_ctl run through
@@ -14,10 +15,12 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -103,15 +106,21 @@ bool traversable_by_others(const std::filesystem::path& path) {
     return true;
 }
 
+// Where server directories go: $TMPDIR, else /tmp (also when root and the server user could
+// not reach its socket in $TMPDIR).
+std::string server_dir_base() {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string base = (tmp != nullptr && *tmp != '\0') ? tmp : "/tmp";
+    if (is_root() && !traversable_by_others(base)) {
+        base = "/tmp";
+    }
+    return base;
+}
+
 std::string make_server_dir() {
     std::string dir;
     if (is_root()) {
-        const char* tmp = std::getenv("TMPDIR");
-        std::string base = (tmp != nullptr && *tmp != '\0') ? tmp : "/tmp";
-        if (!traversable_by_others(base)) {
-            base = "/tmp";
-        }
-        dir = base + "/pgtide-pg-XXXXXX";
+        dir = server_dir_base() + "/pgtide-pg-XXXXXX";
         if (mkdtemp(dir.data()) == nullptr) {
             throw std::runtime_error("mkdtemp " + dir + ": " + std::strerror(errno));
         }
@@ -124,6 +133,56 @@ std::string make_server_dir() {
     }
     chmod(dir.c_str(), 0755);
     return dir;
+}
+
+std::vector<std::string> initdb_argv(const std::string& bin_dir, const std::string& data_dir) {
+    return {bin_dir + "/initdb", "-D",         data_dir,   "--auth=trust", "-U", kSuperuser,
+            "--encoding=UTF8",   "--locale=C", "--no-sync"};
+}
+
+// The data directory of a cluster initdb made once for this PostgreSQL installation, which each
+// server copies instead of running initdb: ctest runs every test in a process of its own, so
+// each starts its own servers, and initdb takes about 0.9 s where a copy takes 0.2 s. Made
+// under a lock by the first test process that needs it (beside the server directories, named
+// after the binaries' path, size and time, so that another build of PostgreSQL gets its own);
+// the file "ready" marks it complete. Returns "" when it cannot be made (the caller runs initdb
+// itself).
+std::string initdb_template(const std::string& bin_dir) {
+    struct stat st {};
+    if (stat((bin_dir + "/postgres").c_str(), &st) != 0) {
+        return "";
+    }
+    const std::string key = bin_dir + "|" + std::to_string(st.st_size) + "|" +
+                            std::to_string(st.st_mtime) + "|" + std::to_string(geteuid());
+    char name[64];
+    std::snprintf(name, sizeof name, "pgtide-pg-template-%016zx", std::hash<std::string>{}(key));
+    const std::string dir = server_dir_base() + "/" + name;
+    const std::string data = dir + "/data";
+    const int lock = open((dir + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock < 0) {
+        return "";
+    }
+    flock(lock, LOCK_EX);
+    std::error_code ec;
+    if (!std::filesystem::exists(dir + "/ready", ec)) {
+        std::filesystem::remove_all(dir, ec);
+        bool made = std::filesystem::create_directory(dir, ec);
+        if (made && is_root()) {
+            const UserIds ids = ensure_test_user();
+            made = chown(dir.c_str(), ids.uid, ids.gid) == 0;
+        }
+        if (made) {
+            const auto r = run_command(as_server_user(initdb_argv(bin_dir, data)), dir);
+            made = r.exit_code == 0 && std::ofstream(dir + "/ready").good();
+        }
+        if (!made) {
+            std::filesystem::remove_all(dir, ec);
+            close(lock);
+            return "";
+        }
+    }
+    close(lock);
+    return data;
 }
 
 // A TCP port on localhost that was free when asked.
@@ -294,9 +353,13 @@ PgServer::PgServer(std::vector<std::string> extra_settings, std::string bin_dir)
     log_file_ = dir_ + "/server.log";
     try {
         start_watchdog();
-        run_pg({bin_dir_ + "/initdb", "-D", data_dir_, "--auth=trust", "-U", kSuperuser,
-                "--encoding=UTF8", "--locale=C", "--no-sync"},
-               "initdb");
+        const std::string templ = initdb_template(bin_dir_);
+        if (templ.empty() ||
+            run_command(as_server_user({"cp", "-a", templ, data_dir_}), dir_).exit_code != 0) {
+            std::error_code ec;
+            std::filesystem::remove_all(data_dir_, ec);
+            run_pg(initdb_argv(bin_dir_, data_dir_), "initdb");
+        }
         major_version_ = std::atoi(read_file(data_dir_ + "/PG_VERSION").c_str());
 
         std::ofstream conf(data_dir_ + "/postgresql.conf", std::ios::app);
