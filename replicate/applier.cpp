@@ -246,6 +246,7 @@ io::Task<void> Applier::apply(ApplyWork work) {
                                rows_per_table_.at(rows->table),
                                t.source_oid,
                                t.publication_membership,
+                               t.source_columns,
                                std::move(copy_key)};
         // A copy beside the stream emptied its tables inside the stream's open transaction: its
         // rows go with that transaction.
@@ -287,11 +288,11 @@ io::Task<void> Applier::apply(ApplyWork work) {
         // it again.
         // Copied beside the stream, it is ready once the catch-up has applied its changes since
         // the copy (CatchUpDone).
-        note_progress(
-            TableProgress{t.qualified(), t.target,
-                          copy_version_ && !beside_stream_ ? TableState::Ready : TableState::Copied,
-                          checkpoint_.epoch, recorded_copy_lsn(done->table),
-                          rows_per_table_.at(done->table), t.source_oid, t.publication_membership});
+        note_progress(TableProgress{
+            t.qualified(), t.target,
+            copy_version_ && !beside_stream_ ? TableState::Ready : TableState::Copied,
+            checkpoint_.epoch, recorded_copy_lsn(done->table), rows_per_table_.at(done->table),
+            t.source_oid, t.publication_membership, t.source_columns});
         copy_plans_.at(done->table).reset();
         stats_.tables_copied += 1;
         if (options_.metrics != nullptr) {
@@ -316,7 +317,7 @@ io::Task<void> Applier::apply(ApplyWork work) {
             const auto& t = *tables_[i];
             note_progress(TableProgress{t.qualified(), t.target, TableState::Ready,
                                         checkpoint_.epoch, done->handoff, rows_per_table_.at(i),
-                                        t.source_oid, t.publication_membership});
+                                        t.source_oid, t.publication_membership, t.source_columns});
             const StreamWaits& w = stream_waits_;
             io::log_info("table copied beside the stream is ready",
                          {{"table", t.qualified()},
@@ -432,7 +433,7 @@ io::Task<void> Applier::start_epoch(std::int64_t epoch, schema::Lsn consistent_l
     for (const auto& t : tables) {
         progress.push_back(TableProgress{t.qualified(), t.target, TableState::Init, next.epoch,
                                          next.consistent_lsn, 0, t.source_oid,
-                                         t.publication_membership});
+                                         t.publication_membership, t.source_columns});
     }
     co_await destination_.reset_tables(next.slot_name, std::move(tables));
     const bool ok = co_await destination_.commit(std::move(progress), expected, next);
@@ -458,7 +459,7 @@ io::Task<void> Applier::complete_snapshot() {
         const auto& t = *tables_[i];
         note_progress(TableProgress{t.qualified(), t.target, TableState::Ready, checkpoint_.epoch,
                                     checkpoint_.consistent_lsn, rows_per_table_.at(i), t.source_oid,
-                                    t.publication_membership});
+                                    t.publication_membership, t.source_columns});
     }
     std::vector<std::string> targets;
     for (const auto& t : tables_) {
@@ -538,7 +539,7 @@ Applier::prepare_table_copies(std::vector<std::shared_ptr<const schema::Table>> 
         copies.push_back(*t);
         note_progress(TableProgress{t->qualified(), t->target, TableState::Copying,
                                     checkpoint_.epoch, version, 0, t->source_oid,
-                                    t->publication_membership});
+                                    t->publication_membership, t->source_columns});
         if (Metrics* m = options_.metrics) {
             m->snapshot_rows[t->qualified()] = 0;
             m->snapshot_done.erase(t->qualified());

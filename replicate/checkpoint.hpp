@@ -60,6 +60,9 @@ struct TableProgress {
     /// a table whose membership today shares none of it left the publications meanwhile, and is
     /// copied again. Empty: not recorded (recorded when the table is next seen).
     std::string membership;
+    /// schema::Table::source_columns when the table was copied: a column whose number differs
+    /// today was dropped and added again, and the table is copied again. Empty: not recorded.
+    std::string source_columns;
     /// How far an unfinished copy has got (encode_copy_key); empty: unknown, or whole.
     std::string copy_key = {};
     friend bool operator==(const TableProgress&, const TableProgress&) = default;

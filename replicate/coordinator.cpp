@@ -461,6 +461,11 @@ io::Task<Followed> follow_publications(PublicationFollower f,
     const auto recreated = [](const TableProgress& p, const SourceTable& st) {
         return p.source_oid != 0 && st.table.source_oid != 0 && p.source_oid != st.table.source_oid;
     };
+    // A column dropped and added again under its name emptied it in every existing row, which
+    // the stream never sends: copied again too.
+    const auto column_again = [](const TableProgress& p, const SourceTable& st) {
+        return column_added_again(p.source_columns, st.table.source_columns);
+    };
     // A table whose publication membership shares nothing with the recorded one was taken out
     // of the publications and put back: the stream sent none of its changes in between.
     const auto came_back = [](const TableProgress& p, const SourceTable& st) {
@@ -475,12 +480,16 @@ io::Task<Followed> follow_publications(PublicationFollower f,
             std::find_if(states.begin(), states.end(), [&name](const TableProgress& p) {
                 return p.source_table == name && p.state == TableState::Ready;
             });
-        if (state == states.end() || recreated(*state, st) || came_back(*state, st)) {
+        if (state == states.end() || recreated(*state, st) || came_back(*state, st) ||
+            column_again(*state, st)) {
             joined.push_back(st);
             copied_at.erase(name);
-        } else if (state->membership != st.table.publication_membership) {
+        } else if (state->membership != st.table.publication_membership ||
+                   state->source_columns != st.table.source_columns) {
+            // Recorded as found, so that a column added since the copy is watched too.
             TableProgress p = *state;
             p.membership = st.table.publication_membership;
+            p.source_columns = st.table.source_columns;
             moved.push_back(std::move(p));
         }
     }
@@ -517,6 +526,7 @@ io::Task<Followed> follow_publications(PublicationFollower f,
             state == nullptr                   ? "it joined the publications"
             : recreated(*state, st)            ? "it was dropped and created again"
             : came_back(*state, st)            ? "it left the publications and was added again"
+            : column_again(*state, st)         ? "a column was dropped and added again"
             : state->state == TableState::Init ? "a copy was requested or had not started"
                                                : "its copy did not finish";
         io::log_info("copying a table alone",
@@ -534,7 +544,7 @@ io::Task<Followed> follow_publications(PublicationFollower f,
         const bool cut_short = state != nullptr && state->state == TableState::Copying &&
                                !state->copy_key.empty() && state->epoch == checkpoint.epoch &&
                                checkpoint.lsn <= state->copy_lsn && !recreated(*state, st) &&
-                               !came_back(*state, st);
+                               !came_back(*state, st) && !column_again(*state, st);
         return cut_short ? state : nullptr;
     };
     std::vector<SourceTable> beside_tables;
@@ -558,7 +568,7 @@ io::Task<Followed> follow_publications(PublicationFollower f,
         for (const auto& t : destination_tables(beside_tables, !o.postgres_url.empty())) {
             copying.push_back(TableProgress{t->qualified(), t->target, TableState::Copying,
                                             checkpoint.epoch, checkpoint.lsn, 0, t->source_oid,
-                                            t->publication_membership});
+                                            t->publication_membership, t->source_columns});
         }
         co_await f.applier->record_tables(std::move(copying));
         CopyBeside beside;

@@ -58,13 +58,16 @@ CREATE TABLE IF NOT EXISTS "public"."_pgtide_tables" (
     "source_oid" bigint NOT NULL DEFAULT 0,
     "membership" text NOT NULL DEFAULT '',
     "copy_key" text NOT NULL DEFAULT '',
+    "source_columns" text NOT NULL DEFAULT '',
     PRIMARY KEY ("slot_name", "source_table")
 );
--- Written before pgtide recorded source OIDs (0) or publication memberships (''): unknown;
+-- Written before pgtide recorded source OIDs (0), publication memberships or column numbers
+-- (''): unknown;
 -- copy keys (''): a copy starts from the beginning.
 ALTER TABLE "public"."_pgtide_tables" ADD COLUMN IF NOT EXISTS "source_oid" bigint NOT NULL DEFAULT 0;
 ALTER TABLE "public"."_pgtide_tables" ADD COLUMN IF NOT EXISTS "membership" text NOT NULL DEFAULT '';
 ALTER TABLE "public"."_pgtide_tables" ADD COLUMN IF NOT EXISTS "copy_key" text NOT NULL DEFAULT '';
+ALTER TABLE "public"."_pgtide_tables" ADD COLUMN IF NOT EXISTS "source_columns" text NOT NULL DEFAULT '';
 CREATE TABLE IF NOT EXISTS "public"."_pgtide_tombstones" (
     "target_table" text NOT NULL,
     "key" text NOT NULL,
@@ -217,14 +220,14 @@ template <class... S> std::vector<std::optional<std::string>> params(S&&... s) {
 std::string progress_upsert_sql() {
     return std::string("INSERT INTO ") + kTablesTable +
            " (slot_name, source_table, target_table, state, epoch, copy_lsn, rows_copied, "
-           "updated_at, source_oid, membership, copy_key) "
-           "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) "
+           "updated_at, source_oid, membership, copy_key, source_columns) "
+           "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "
            "ON CONFLICT (slot_name, source_table) DO UPDATE SET "
            "target_table = excluded.target_table, state = excluded.state, "
            "epoch = excluded.epoch, copy_lsn = excluded.copy_lsn, "
            "rows_copied = excluded.rows_copied, updated_at = excluded.updated_at, "
            "source_oid = excluded.source_oid, membership = excluded.membership, "
-           "copy_key = excluded.copy_key";
+           "copy_key = excluded.copy_key, source_columns = excluded.source_columns";
 }
 
 std::vector<std::optional<std::string>> progress_params(const std::string& slot,
@@ -232,7 +235,7 @@ std::vector<std::optional<std::string>> progress_params(const std::string& slot,
     return params(slot, p.source_table, p.target_table, std::string(to_string(p.state)),
                   std::to_string(p.epoch), lsn_text(p.copy_lsn), std::to_string(p.rows_copied),
                   std::to_string(unix_ms_now()), std::to_string(p.source_oid), p.membership,
-                  p.copy_key);
+                  p.copy_key, p.source_columns);
 }
 
 bool has_unchanged(const schema::Row& row) {
@@ -570,7 +573,7 @@ io::Task<std::vector<TableProgress>> PostgresDestination::table_states(std::stri
     const std::string what = "reading the table states of slot " + slot;
     io::PgResult r = co_await run_params(
         std::string("SELECT source_table, target_table, state, epoch, copy_lsn, rows_copied, "
-                    "source_oid, membership, copy_key FROM ") +
+                    "source_oid, membership, copy_key, source_columns FROM ") +
             kTablesTable + " WHERE slot_name = $1 ORDER BY source_table",
         params(slot), what);
     std::vector<TableProgress> out;
@@ -594,6 +597,7 @@ io::Task<std::vector<TableProgress>> PostgresDestination::table_states(std::stri
         p.source_oid = std::uint32_t(std::stoull(std::string(r.get(i, 6))));
         p.membership = std::string(r.get(i, 7));
         p.copy_key = std::string(r.get(i, 8));
+        p.source_columns = std::string(r.get(i, 9));
         out.push_back(std::move(p));
     }
     co_return out;

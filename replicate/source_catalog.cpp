@@ -98,6 +98,27 @@ constexpr const char* kMissingValuesSql =
     "WHERE m.atthasmissing AND NOT m.attisdropped AND m.attnum > 0 "
     "ORDER BY r.relid, m.attname, m.attrelid";
 
+// The column numbers (schema::Table::source_columns) of the relations whose OIDs are in
+// oid_list (an oid array literal), by OID: every column, published or not, as a column
+// dropped and added again under the name of an unpublished one is rare and costs only a copy.
+io::Task<std::map<std::uint32_t, std::string>> read_column_numbers(io::PgConnection& conn,
+                                                                   std::string oid_list) {
+    const std::string sql = "SELECT a.attrelid, a.attnum, a.attname FROM pg_attribute a "
+                            "WHERE a.attrelid = ANY($1::oid[]) AND a.attnum > 0 "
+                            "AND NOT a.attisdropped ORDER BY a.attrelid, a.attnum";
+    io::PgResult r = co_await conn.exec_params(sql, params(oid_list));
+    std::map<std::uint32_t, std::vector<std::pair<int, std::string>>> columns;
+    for (int i = 0; i < r.rows(); ++i) {
+        columns[std::uint32_t(std::stoul(std::string(r.get(i, 0))))].emplace_back(
+            std::stoi(std::string(r.get(i, 1))), std::string(r.get(i, 2)));
+    }
+    std::map<std::uint32_t, std::string> out;
+    for (const auto& [oid, list] : columns) {
+        out.emplace(oid, encode_column_numbers(list));
+    }
+    co_return out;
+}
+
 // Splits a PostgreSQL text array of names as array_to_json would not: we ask the server for
 // one name per row instead, so this only has to deal with simple rows.
 std::int64_t to_int64(std::string_view s) {
@@ -138,6 +159,88 @@ std::optional<std::string> single_array_element(std::string_view literal, const 
 
 } // namespace
 
+std::string encode_column_numbers(const std::vector<std::pair<int, std::string>>& columns) {
+    std::string out;
+    for (const auto& [number, name] : columns) {
+        if (!out.empty()) {
+            out += ',';
+        }
+        out += std::to_string(number) + " \"";
+        for (const char c : name) {
+            out += c;
+            if (c == '"') {
+                out += '"';
+            }
+        }
+        out += '"';
+    }
+    return out;
+}
+
+namespace {
+
+// encode_column_numbers' text as name -> number; nullopt when it is not that text.
+std::optional<std::map<std::string, int>> parse_column_numbers(std::string_view text) {
+    std::map<std::string, int> out;
+    std::size_t at = 0;
+    while (at < text.size()) {
+        const std::size_t space = text.find(' ', at);
+        if (space == std::string_view::npos || space == at || space + 1 >= text.size() ||
+            text[space + 1] != '"') {
+            return std::nullopt;
+        }
+        int number = 0;
+        for (std::size_t i = at; i < space; ++i) {
+            if (text[i] < '0' || text[i] > '9' || number > 100000) {
+                return std::nullopt;
+            }
+            number = number * 10 + (text[i] - '0');
+        }
+        std::string name;
+        std::size_t i = space + 2;
+        for (;; ++i) {
+            if (i >= text.size()) {
+                return std::nullopt;
+            }
+            if (text[i] == '"') {
+                if (i + 1 < text.size() && text[i + 1] == '"') {
+                    name += '"';
+                    ++i;
+                    continue;
+                }
+                break;
+            }
+            name += text[i];
+        }
+        out[std::move(name)] = number;
+        at = i + 1;
+        if (at < text.size()) {
+            if (text[at] != ',') {
+                return std::nullopt;
+            }
+            ++at;
+        }
+    }
+    return out;
+}
+
+} // namespace
+
+std::optional<std::string> column_added_again(std::string_view recorded, std::string_view now) {
+    const auto before = parse_column_numbers(recorded);
+    const auto after = parse_column_numbers(now);
+    if (!before || !after) {
+        return std::nullopt;
+    }
+    for (const auto& [name, number] : *before) {
+        if (const auto found = after->find(name);
+            found != after->end() && found->second != number) {
+            return name;
+        }
+    }
+    return std::nullopt;
+}
+
 bool share_a_membership(const std::string& a, const std::string& b) {
     const auto split = [](const std::string& s) {
         std::set<std::string> out;
@@ -161,14 +264,24 @@ bool share_a_membership(const std::string& a, const std::string& b) {
     return false;
 }
 
-io::Task<std::map<std::string, std::string>>
+io::Task<std::map<std::string, SourceCatalog::PublishedName>>
 SourceCatalog::published_names(io::PgConnection& conn, std::vector<std::string> publications) {
     io::PgResult rels = co_await conn.exec_params(published_relations_sql(conn.server_version()),
                                                   params(schema::text_array_literal(publications)));
-    std::map<std::string, std::string> names;
+    std::vector<std::uint32_t> oids;
     for (int r = 0; r < rels.rows(); ++r) {
-        names[std::string(rels.get(r, 1)) + "." + std::string(rels.get(r, 2))] =
-            std::string(rels.get(r, 4));
+        oids.push_back(std::uint32_t(std::stoul(std::string(rels.get(r, 0)))));
+    }
+    const std::string oid_list = oid_array_literal(oids);
+    const std::map<std::uint32_t, std::string> numbers =
+        co_await read_column_numbers(conn, oid_list);
+    std::map<std::string, PublishedName> names;
+    for (int r = 0; r < rels.rows(); ++r) {
+        PublishedName& n = names[std::string(rels.get(r, 1)) + "." + std::string(rels.get(r, 2))];
+        n.membership = std::string(rels.get(r, 4));
+        if (const auto found = numbers.find(oids[std::size_t(r)]); found != numbers.end()) {
+            n.source_columns = found->second;
+        }
     }
     co_return names;
 }
@@ -270,6 +383,14 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
         }
         st.columns.push_back(std::move(sc));
         st.table.columns.push_back(std::move(tc));
+    }
+
+    const std::map<std::uint32_t, std::string> numbers =
+        co_await read_column_numbers(conn, oid_list);
+    for (SourceTable& st : out) {
+        if (const auto found = numbers.find(st.table.source_oid); found != numbers.end()) {
+            st.table.source_columns = found->second;
+        }
     }
 
     io::PgResult missing = co_await conn.exec_params(kMissingValuesSql, params(oid_list));

@@ -60,10 +60,16 @@ public:
     io::Task<std::vector<SourceTable>> published_tables(io::PgConnection& conn,
                                                         std::vector<std::string> publications,
                                                         std::vector<TableOverride> overrides);
+    /// What published_names() tells of a table.
+    struct PublishedName {
+        std::string membership;     ///< schema::Table::publication_membership
+        std::string source_columns; ///< schema::Table::source_columns
+    };
     /// The names (`schema.name`) of the tables published_tables() returns, each with its
-    /// publication membership (schema::Table::publication_membership), and nothing else read:
-    /// for a cheap look for tables the publications gained, or lost and gained again. Suspends.
-    static io::Task<std::map<std::string, std::string>>
+    /// publication membership and column numbers, and nothing else read: for a cheap look for
+    /// tables the publications gained, or lost and gained again, and for columns dropped and
+    /// added again. Suspends.
+    static io::Task<std::map<std::string, PublishedName>>
     published_names(io::PgConnection& conn, std::vector<std::string> publications);
 
     /// Resolves type OIDs to the TypeRef the codecs need (domains to their base type, arrays to
@@ -109,5 +115,15 @@ private:
 /// row in common. None in common means the table may have been published by none of the
 /// publications in between, when the stream sent none of its changes.
 bool share_a_membership(const std::string& a, const std::string& b);
+
+/// schema::Table::source_columns of the columns (attnum, name): in attnum order, comma-separated,
+/// each its number, a space and its name double-quoted (inner quotes doubled): `1 "id",4 "b"`.
+std::string encode_column_numbers(const std::vector<std::pair<int, std::string>>& columns);
+
+/// The name of a column that `recorded` and `now` (encode_column_numbers) both have, under
+/// different numbers: dropped and added again in between, which leaves every existing row
+/// without its old value and sends the stream nothing. nullopt when there is none, or when
+/// either text is empty (not recorded) or unreadable.
+std::optional<std::string> column_added_again(std::string_view recorded, std::string_view now);
 
 } // namespace pgtide::replicate

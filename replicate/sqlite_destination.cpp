@@ -53,6 +53,7 @@ CREATE TABLE IF NOT EXISTS "_pgtide_tables" (
     "source_oid" INTEGER NOT NULL DEFAULT 0,
     "membership" TEXT NOT NULL DEFAULT '',
     "copy_key" TEXT NOT NULL DEFAULT '',
+    "source_columns" TEXT NOT NULL DEFAULT '',
     PRIMARY KEY ("slot_name", "source_table")
 );
 CREATE TABLE IF NOT EXISTS "_pgtide_tombstones" (
@@ -340,6 +341,7 @@ SqliteDestination::SqliteDestination(std::string path, Deletes deletes)
     add_column("source_oid", R"("source_oid" INTEGER NOT NULL DEFAULT 0)");
     add_column("membership", R"("membership" TEXT NOT NULL DEFAULT '')");
     add_column("copy_key", R"("copy_key" TEXT NOT NULL DEFAULT '')");
+    add_column("source_columns", R"("source_columns" TEXT NOT NULL DEFAULT '')");
 
     begin_ = prepare("BEGIN IMMEDIATE", "preparing BEGIN");
     commit_ = prepare("COMMIT", "preparing COMMIT");
@@ -1085,7 +1087,7 @@ std::vector<TableProgress> SqliteDestination::load_tables(const std::string& slo
     sqlite3_stmt* stmt = metadata_statement(
         load_tables_,
         R"(SELECT "source_table", "target_table", "state", "epoch", "copy_lsn", "rows_copied",
-                  "source_oid", "membership", "copy_key"
+                  "source_oid", "membership", "copy_key", "source_columns"
            FROM "_pgtide_tables" WHERE "slot_name" = ?1 ORDER BY "source_table")");
     ResetGuard guard(stmt);
     bind_str(stmt, 1, slot);
@@ -1111,6 +1113,7 @@ std::vector<TableProgress> SqliteDestination::load_tables(const std::string& slo
         p.source_oid = std::uint32_t(sqlite3_column_int64(stmt, 6));
         p.membership = column_text(stmt, 7);
         p.copy_key = column_text(stmt, 8);
+        p.source_columns = column_text(stmt, 9);
         out.push_back(std::move(p));
     }
     return out;
@@ -1121,14 +1124,16 @@ void SqliteDestination::set_table_progress(const std::string& slot, const TableP
         set_table_progress_,
         R"(INSERT INTO "_pgtide_tables" ("slot_name", "source_table", "target_table", "state",
                                          "epoch", "copy_lsn", "rows_copied", "updated_at",
-                                         "source_oid", "membership", "copy_key")
-           VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                                         "source_oid", "membership", "copy_key",
+                                         "source_columns")
+           VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
            ON CONFLICT ("slot_name", "source_table") DO UPDATE SET
                "target_table" = excluded."target_table", "state" = excluded."state",
                "epoch" = excluded."epoch", "copy_lsn" = excluded."copy_lsn",
                "rows_copied" = excluded."rows_copied", "updated_at" = excluded."updated_at",
                "source_oid" = excluded."source_oid", "membership" = excluded."membership",
-               "copy_key" = excluded."copy_key")");
+               "copy_key" = excluded."copy_key",
+               "source_columns" = excluded."source_columns")");
     ResetGuard guard(stmt);
     const std::string state = to_string(p.state);
     bind_str(stmt, 1, slot);
@@ -1142,6 +1147,7 @@ void SqliteDestination::set_table_progress(const std::string& slot, const TableP
     bind_int(stmt, 9, std::int64_t(p.source_oid));
     bind_str(stmt, 10, p.membership);
     bind_str(stmt, 11, p.copy_key);
+    bind_str(stmt, 12, p.source_columns);
     step(stmt, "recording the state of", p.source_table);
 }
 

@@ -50,6 +50,7 @@ Stream::Stream(ReplicationConnection& replication, io::PgConnection& catalog_con
       last_idle_(start), last_status_(std::chrono::steady_clock::now()), last_poll_(last_status_) {
     for (auto& t : tables) {
         memberships_[t->qualified()] = t->publication_membership;
+        column_numbers_[t->qualified()] = t->source_columns;
         by_name_[t->qualified()] = t;
     }
 }
@@ -156,9 +157,10 @@ io::Task<void> Stream::run(io::Channel<ApplyWork>& out) {
 }
 
 io::Task<void> Stream::poll_publications() {
-    const std::map<std::string, std::string> names =
+    const std::map<std::string, SourceCatalog::PublishedName> names =
         co_await SourceCatalog::published_names(catalog_conn_, options_.publications);
-    for (const auto& [name, membership] : names) {
+    for (const auto& [name, published] : names) {
+        const std::string& membership = published.membership;
         if (!by_name_.contains(name) && !co_await try_join(name)) {
             throw PublicationChanged(name);
         }
@@ -169,6 +171,15 @@ io::Task<void> Stream::poll_publications() {
             throw CopyRequested(name, "it left the publications and was added again");
         }
         known = membership;
+        // A column dropped and added again under its name since the last look: the existing
+        // rows lost their values without a change the stream sends (DESIGN §4 "Stream").
+        std::string& numbers = column_numbers_[name];
+        if (const auto again = column_added_again(numbers, published.source_columns)) {
+            throw CopyRequested(name, "column \"" + *again +
+                                          "\" was dropped and added again, which empties it in "
+                                          "every existing row");
+        }
+        numbers = published.source_columns;
     }
 }
 
@@ -181,6 +192,7 @@ io::Task<bool> Stream::try_join(std::string name) {
         co_return false;
     }
     memberships_[name] = joined->publication_membership;
+    column_numbers_[name] = joined->source_columns;
     by_name_[name] = std::move(joined);
     co_return true;
 }
@@ -304,6 +316,7 @@ void Stream::install_relation(const pgoutput::Relation& rel,
     table->source_text = old.source_text;
     table->source_oid = old.source_oid;
     table->publication_membership = old.publication_membership;
+    table->source_columns = old.source_columns;
     bool changed = rel.columns.size() != old.columns.size();
     for (std::size_t i = 0; i < rel.columns.size(); ++i) {
         const auto& rc = rel.columns[i];

@@ -165,6 +165,8 @@ private:
     std::map<std::string, std::shared_ptr<const schema::Table>> by_name_;
     /// By name: the publication membership last seen (schema::Table::publication_membership).
     std::map<std::string, std::string> memberships_;
+    /// By name: the column numbers last seen (schema::Table::source_columns).
+    std::map<std::string, std::string> column_numbers_;
     std::map<std::uint32_t, std::shared_ptr<const schema::Table>> by_oid_;
     schema::Lsn start_;
     const schema::Lsn* durable_;

@@ -59,6 +59,11 @@ struct Table {
     /// publish the table (SourceCatalog); empty when not read. A table taken out of the
     /// publications and put back has none of its old ones.
     std::string publication_membership;
+    /// The source's column numbers (pg_attribute.attnum) by name, as encode_column_numbers
+    /// writes them; empty when not read. A column dropped and added again under its name has
+    /// another number, and its old values are gone from the source without a change the
+    /// stream sends: the table is copied again.
+    std::string source_columns;
 
     /// "schema.name" as the user writes it (unquoted).
     std::string qualified() const { return schema + "." + name; }

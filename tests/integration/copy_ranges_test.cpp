@@ -1093,6 +1093,74 @@ TEST_P(CopyRanges, TableTakenOutOfThePublicationAndPutBackWhileRunningIsCopiedAg
     EXPECT_EQ(slots(), slot());
 }
 
+// A column dropped and added again under its name and type: every existing row of the source
+// holds NULL in it now, and no change of those rows reaches the stream. Its new attnum tells it
+// apart from the old column, so the table is copied again (DESIGN §4 "Stream": a change whose
+// effect on existing rows never reaches the stream ends with the destination equal anyway).
+constexpr const char* kColumnAgain =
+    "ALTER TABLE a DROP COLUMN v;\nALTER TABLE a ADD COLUMN v text;\n";
+
+// While stopped: the recorded column numbers are not today's. Then a column added after the
+// copy (recorded as found at the next start), dropped and added again in turn.
+//
+// Broken on purpose once, then reverted: follow_publications (replicate/coordinator.cpp) with
+// `column_again` returning false. expect_equal("a") failed on both destinations, "row 10
+// differs (source id 11, ...)": the destination kept the old values of v in the rows no change
+// touched; and extra read "1000:1000:7013" for the source's "1000:1:1".
+TEST_P(CopyRanges, ColumnDroppedAndAddedAgainWhileStoppedIsCopiedAgain) {
+    exec(kTables);
+    run_once();
+    expect_equal("a");
+    exec(std::string(kColumnAgain) + "UPDATE a SET v = 'after' WHERE id <= 10;");
+    const std::string err = run_once();
+    EXPECT_NE(err.find("a column was dropped and added again"), std::string::npos) << err;
+    expect_equal("a");
+    EXPECT_EQ(state_of("a"), std::optional<std::string>("ready"));
+    // The new numbers are recorded: the next run copies nothing, and follows a column added
+    // since (recorded as found).
+    exec("ALTER TABLE a ADD COLUMN extra int DEFAULT 7; UPDATE a SET extra = 8 WHERE id <= 20;");
+    const std::string added = run_once();
+    EXPECT_EQ(added.find("copying a table alone"), std::string::npos) << added;
+    const std::string extra = "SELECT count(*) || ':' || count(extra) || ':' || "
+                              "coalesce(sum(extra), 0) FROM a";
+    EXPECT_EQ(value(extra), "1000:1000:7020");
+    EXPECT_EQ(dest_value(extra), std::optional<std::string>("1000:1000:7020"));
+    exec("ALTER TABLE a DROP COLUMN extra; ALTER TABLE a ADD COLUMN extra int;"
+         "UPDATE a SET extra = 1 WHERE id = 5;");
+    const std::string again = run_once();
+    EXPECT_NE(again.find("a column was dropped and added again"), std::string::npos) << again;
+    EXPECT_EQ(value(extra), "1000:1:1");
+    EXPECT_EQ(dest_value(extra), std::optional<std::string>("1000:1:1"));
+    expect_equal("a");
+    EXPECT_EQ(slots(), slot());
+}
+
+// While running: the publication poll sees the new number without any change of the table,
+// and asks for a copy; changes after it are followed.
+//
+// Broken on purpose once, then reverted: Stream::poll_publications (replicate/stream.cpp)
+// without its column-number check: the wait for the 1,000 NULLs of v timed out on both
+// destinations.
+TEST_P(CopyRanges, ColumnDroppedAndAddedAgainWhileRunningIsCopiedAgain) {
+    exec(kTables);
+    PgtideProcess pgtide(args(false));
+    ASSERT_TRUE(wait_for_streaming(pgtide)) << pgtide.stderr_text();
+    exec("UPDATE a SET n = n + 1 WHERE id <= 10");
+    exec(kColumnAgain);
+    ASSERT_TRUE(wait_for_dest(pgtide, "SELECT count(*) FROM a WHERE v IS NULL", "1000"))
+        << pgtide.stderr_text();
+    exec("UPDATE a SET v = 'after' WHERE id BETWEEN 100 AND 150");
+    exec("INSERT INTO a (id, v, n) VALUES (-1, 'last', 0)");
+    ASSERT_TRUE(wait_for_dest(pgtide, "SELECT count(*) FROM a WHERE id = -1", "1"))
+        << pgtide.stderr_text();
+    pgtide.kill(SIGTERM);
+    EXPECT_EQ(pgtide.wait(), 0) << pgtide.stderr_text();
+    EXPECT_NE(pgtide.stderr_text().find("was dropped and added again"), std::string::npos)
+        << pgtide.stderr_text();
+    expect_equal("a");
+    EXPECT_EQ(slots(), slot());
+}
+
 INSTANTIATE_TEST_SUITE_P(Destinations, CopyRanges, ::testing::Values("sqlite", "postgresql"),
                          [](const ::testing::TestParamInfo<const char*>& param) {
                              return std::string(param.param);

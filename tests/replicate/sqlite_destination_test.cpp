@@ -603,8 +603,9 @@ TEST_F(SqliteDestinationTest, SecondWriterIsBusyAfterTheTimeout) {
 }
 
 TEST_F(SqliteDestinationTest, TableProgressUpsertAndLoad) {
-    TableProgress a{"public.a", "a", TableState::Copying, 1, lsn(100), 10, 0, "", "k1 0:1;o--0;"};
-    TableProgress b{"s.b", "s__b", TableState::Init, 1, lsn(100), 0, 0, ""};
+    TableProgress a{"public.a", "a",        TableState::Copying, 1, lsn(100), 10, 0,
+                    "",         "1 \"id\"", "k1 0:1;o--0;"};
+    TableProgress b{"s.b", "s__b", TableState::Init, 1, lsn(100), 0, 0, "", ""};
     dest().set_table_progress("pgtide", b);
     dest().set_table_progress("pgtide", a);
     dest().set_table_progress("another", a);
@@ -625,11 +626,12 @@ TEST_F(SqliteDestinationTest, TableProgressUpsertAndLoad) {
     EXPECT_EQ(dest().load_tables("another").size(), 1u);
 }
 
-// The source OID each table was copied from and its publication membership round-trip; a
-// destination written before pgtide recorded them gains the columns when opened, its rows
-// reading 0 and '' (unknown).
+// The source OID each table was copied from, its publication membership and its column numbers
+// round-trip; a destination written before pgtide recorded them gains the columns when opened,
+// its rows reading 0 and '' (unknown).
 TEST_F(SqliteDestinationTest, SourceOidsRoundTripAndOlderDestinationsGainTheColumn) {
-    TableProgress a{"public.a", "a", TableState::Ready, 1, lsn(100), 10, 16384, "16390,16402"};
+    TableProgress a{"public.a", "a",           TableState::Ready,           1, lsn(100), 10,
+                    16384,      "16390,16402", "1 \"id\",3 \"a \"\"b\"\"\""};
     dest().set_table_progress("pgtide", a);
     EXPECT_EQ(dest().load_tables("pgtide"), std::vector<TableProgress>{a});
     dest_.reset();
@@ -653,6 +655,7 @@ TEST_F(SqliteDestinationTest, SourceOidsRoundTripAndOlderDestinationsGainTheColu
     TableProgress recorded = a;
     recorded.source_oid = 0;
     recorded.membership.clear();
+    recorded.source_columns.clear();
     EXPECT_EQ(old.load_tables("pgtide"), std::vector<TableProgress>{recorded});
     old.set_table_progress("pgtide", a);
     EXPECT_EQ(old.load_tables("pgtide"), std::vector<TableProgress>{a});

@@ -81,9 +81,9 @@ io::Task<Outcome> copy_with_a_broken_batch(std::string path) {
                                    std::nullopt);
         Checkpoint next = checkpoint();
         next.lsn = schema::Lsn(checkpoint().lsn.value() + 0x1000);
-        std::vector<TableProgress> progress{TableProgress{"public.items", "items",
-                                                          TableState::Copied, 1,
-                                                          checkpoint().consistent_lsn, 300, 0, ""}};
+        std::vector<TableProgress> progress{
+            TableProgress{"public.items", "items", TableState::Copied, 1,
+                          checkpoint().consistent_lsn, 300, 0, "", ""}};
         outcome.committed = co_await writer->commit(progress, checkpoint(), next);
     } catch (const std::exception& e) {
         outcome.error = e.what();
