@@ -980,7 +980,7 @@ io::Task<void> PostgresDestination::ensure_table(const schema::Table& table, Ret
     }
     if (have.empty() && !want.empty()) {
         // A copy into the table (or one about to start) dropped the key until it is whole
-        // (prepare_for_copy).
+        // (prepare_for_copies).
         io::PgResult copying = co_await run_params(
             std::string("SELECT 1 FROM ") + kTablesTable +
                 " WHERE target_table = $1 AND state IN ('init', 'copying') LIMIT 1",
@@ -1005,21 +1005,17 @@ io::Task<void> PostgresDestination::reset_tables(std::string slot,
                                                  std::vector<schema::Table> tables) {
     co_await reap_lanes(true); // their tables' keys first
     co_await begin();
+    co_await remove_tombstones(tables);
     std::string truncate;
     for (const auto& t : tables) {
-        co_await run_params(std::string("DELETE FROM ") + kTombstonesTable +
-                                " WHERE target_table = $1",
-                            params(t.target), "removing the tombstones of " + t.target);
-        if (deletes_ == Deletes::Hard) { // soft: prepare_for_copy marks the rows instead
+        if (deletes_ == Deletes::Hard) { // soft: prepare_for_copies marks the rows instead
             truncate += (truncate.empty() ? "TRUNCATE " : ", ") + target_sql(t);
         }
     }
     if (!truncate.empty()) {
         co_await run(std::move(truncate), "emptying the tables for a new epoch");
     }
-    for (const auto& t : tables) {
-        co_await prepare_for_copy(t);
-    }
+    co_await prepare_for_copies(std::move(tables));
     co_await run_params(std::string("DELETE FROM ") + kTablesTable + " WHERE slot_name = $1",
                         params(slot), "removing the table states of slot " + slot);
 }
@@ -1027,10 +1023,8 @@ io::Task<void> PostgresDestination::reset_tables(std::string slot,
 io::Task<void> PostgresDestination::empty_tables(std::vector<schema::Table> tables) {
     co_await reap_lanes(true); // their tables' keys first
     co_await begin();
+    co_await remove_tombstones(tables);
     for (const auto& t : tables) {
-        co_await run_params(std::string("DELETE FROM ") + kTombstonesTable +
-                                " WHERE target_table = $1",
-                            params(t.target), "removing the tombstones of " + t.target);
         if (deletes_ == Deletes::Soft) {
             // Its rows stay: a changed column type converts their values (Retype::Cast), and
             // stops the run, naming the column, where they do not convert.
@@ -1039,8 +1033,19 @@ io::Task<void> PostgresDestination::empty_tables(std::vector<schema::Table> tabl
             co_await run("TRUNCATE " + target_sql(t), "emptying " + t.target + " for its copy");
             co_await ensure_table(t, Retype::Empty); // the source's columns as they are now
         }
-        co_await prepare_for_copy(t);
     }
+    co_await prepare_for_copies(std::move(tables));
+}
+
+io::Task<void> PostgresDestination::remove_tombstones(const std::vector<schema::Table>& tables) {
+    std::vector<std::string> targets;
+    for (const auto& t : tables) {
+        targets.push_back(t.target);
+    }
+    const std::string sql =
+        std::string("DELETE FROM ") + kTombstonesTable + " WHERE target_table = ANY($1::text[])";
+    std::vector<std::optional<std::string>> values = params(schema::text_array_literal(targets));
+    co_await run_params(sql, std::move(values), "removing the tombstones of the tables to copy");
 }
 
 namespace {
@@ -1057,54 +1062,83 @@ std::string alter_table_sql(const std::string& target, const std::string& first,
 
 } // namespace
 
-io::Task<PostgresDestination::CopyTarget> PostgresDestination::copy_target(std::string target) {
-    io::PgResult found = co_await run_params(
-        "SELECT (SELECT conname FROM pg_catalog.pg_constraint WHERE conrelid = c.oid AND "
-        "contype = 'p'), c.relkind = 'r' FROM pg_catalog.pg_class c WHERE c.oid = to_regclass($1)",
-        params(target), "reading the primary key of " + target);
-    if (found.rows() != 1) {
-        // Dropped in the destination while pgtide was running (it made the table).
-        throw DestinationError(DestinationErrorKind::Schema, 0,
-                               describe() + ": table " + target +
-                                   " to copy into is missing: it was dropped while pgtide "
-                                   "was copying it");
+io::Task<std::vector<PostgresDestination::CopyTarget>>
+PostgresDestination::copy_targets(std::vector<std::string> targets) {
+    const std::string sql =
+        "SELECT c.oid IS NOT NULL, (SELECT conname FROM pg_catalog.pg_constraint WHERE "
+        "conrelid = c.oid AND contype = 'p'), c.relkind = 'r' "
+        "FROM unnest($1::text[]) WITH ORDINALITY AS t(name, ord) "
+        "LEFT JOIN pg_catalog.pg_class c ON c.oid = to_regclass(t.name) ORDER BY t.ord";
+    // Named before co_await: GCC 12 mishandles a conditional's temporaries inside one.
+    std::vector<std::optional<std::string>> values = params(schema::text_array_literal(targets));
+    std::string what = targets.size() == 1 ? "reading the primary key of " + targets[0]
+                                           : "reading the primary keys of the tables to copy";
+    io::PgResult found = co_await run_params(sql, std::move(values), std::move(what));
+    std::vector<CopyTarget> out;
+    for (int i = 0; i < found.rows(); ++i) {
+        if (found.get(i, 0) != "t") {
+            // Dropped in the destination while pgtide was running (it made the table).
+            throw DestinationError(DestinationErrorKind::Schema, 0,
+                                   describe() + ": table " + targets.at(std::size_t(i)) +
+                                       " to copy into is missing: it was dropped while pgtide "
+                                       "was copying it");
+        }
+        CopyTarget t;
+        if (!found.is_null(i, 1)) {
+            t.key = std::string(found.get(i, 1));
+        }
+        t.plain = found.get(i, 2) == "t";
+        out.push_back(std::move(t));
     }
-    CopyTarget t;
-    if (!found.is_null(0, 0)) {
-        t.key = std::string(found.get(0, 0));
-    }
-    t.plain = found.get(0, 1) == "t";
-    co_return t;
+    co_return out;
 }
 
-io::Task<void> PostgresDestination::prepare_for_copy(const schema::Table& table) {
-    const std::string target = target_sql(table);
-    const CopyTarget found = co_await copy_target(target);
-    if (deletes_ == Deletes::Soft && !found.key) {
-        // A copy of it was cut short: its rows were marked when that copy began (in the
-        // transaction that dropped the key), and its live rows are the copy's, which the new
-        // copy reads again. Marked, they could be a key's second marked row.
-        co_await run(std::string("DELETE FROM ") + target + " WHERE " + kDeletedColumn + " = 0",
-                     "removing the rows of " + target + " that a copy cut short left");
-    } else if (deletes_ == Deletes::Soft) {
-        co_await run(std::string("UPDATE ") + target + " SET " + kDeletedColumn + " = 1 WHERE " +
-                         kDeletedColumn + " = 0",
-                     "marking the rows of " + target + " deleted before its copy");
+io::Task<void> PostgresDestination::prepare_for_copies(std::vector<schema::Table> tables) {
+    std::vector<std::string> targets;
+    for (const auto& t : tables) {
+        targets.push_back(target_sql(t));
     }
-    std::string sql = alter_table_sql(
-        target, found.key ? "DROP CONSTRAINT " + quote_identifier(*found.key) : std::string(),
-        found.plain ? "SET (autovacuum_enabled = false, toast.autovacuum_enabled = false)" : "");
-    if (sql.empty()) {
+    const std::vector<CopyTarget> found = co_await copy_targets(targets);
+    // Every table's ALTER in one round trip, as their tombstones and keys were read: a
+    // publication of a thousand small tables saves three thousand round trips.
+    std::string alters;
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+        const std::string& target = targets[i];
+        if (deletes_ == Deletes::Soft && !found[i].key) {
+            // A copy of it was cut short: its rows were marked when that copy began (in the
+            // transaction that dropped the key), and its live rows are the copy's, which the new
+            // copy reads again. Marked, they could be a key's second marked row.
+            co_await run(std::string("DELETE FROM ") + target + " WHERE " + kDeletedColumn + " = 0",
+                         "removing the rows of " + target + " that a copy cut short left");
+        } else if (deletes_ == Deletes::Soft) {
+            co_await run(std::string("UPDATE ") + target + " SET " + kDeletedColumn +
+                             " = 1 WHERE " + kDeletedColumn + " = 0",
+                         "marking the rows of " + target + " deleted before its copy");
+        }
+        const std::string sql = alter_table_sql(
+            target,
+            found[i].key ? "DROP CONSTRAINT " + quote_identifier(*found[i].key) : std::string(),
+            found[i].plain ? "SET (autovacuum_enabled = false, toast.autovacuum_enabled = false)"
+                           : "");
+        if (!sql.empty()) {
+            alters += sql + ";\n";
+        }
+    }
+    if (alters.empty()) {
         co_return;
     }
-    co_await run(std::move(sql), "dropping the primary key of " + target +
-                                     " and pausing its autovacuum for its copy");
+    std::string what = targets.size() == 1 ? "dropping the primary key of " + targets[0] +
+                                                 " and pausing its autovacuum for its copy"
+                                           : "dropping the primary keys of the tables to copy and "
+                                             "pausing their autovacuum";
+    co_await run(std::move(alters), std::move(what));
 }
 
 io::Task<void> PostgresDestination::table_copied(std::shared_ptr<const schema::Table> table) {
     const std::string target = target_sql(*table);
     co_await begin();
-    const CopyTarget found = co_await copy_target(target);
+    std::vector<std::string> one{target};
+    const CopyTarget found = (co_await copy_targets(std::move(one))).at(0);
     std::string add_key;
     if (!found.key) {
         std::vector<std::string> keys;
@@ -1115,8 +1149,8 @@ io::Task<void> PostgresDestination::table_copied(std::shared_ptr<const schema::T
     }
     std::vector<std::string> finish;
     if (!found.key && deletes_ == Deletes::Soft) {
-        // Rows kept marked deleted (prepare_for_copy) that the copy found again: the copied row is
-        // the newer (the copy's version is above every kept row's).
+        // Rows kept marked deleted (prepare_for_copies) that the copy found again: the copied row
+        // is the newer (the copy's version is above every kept row's).
         std::string same_key;
         for (auto k : table->key_columns) {
             const std::string column = quote_identifier(table->columns[k].name);

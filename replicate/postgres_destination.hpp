@@ -41,7 +41,7 @@
 //  * Soft deletes (Deletes::Soft): deletes and truncates are UPDATEs that mark rows
 //    `_pgtide_deleted = 1` at their version; upserts set it to 0; an upsert and then a delete
 //    of one key in a batch is written marked deleted (Merge::upsert_deleted). Emptying a table
-//    for its copy marks its rows instead (prepare_for_copy); table_copied removes the marked rows
+//    for its copy marks its rows instead (prepare_for_copies); table_copied removes the marked rows
 //    whose key the copy brought again before it adds the key back.
 #pragma once
 
@@ -228,24 +228,29 @@ private:
     /// Creates the target table, or adds the columns it lacks and deals with changed types as
     /// `retype` says.
     io::Task<void> ensure_table(const schema::Table& table, Retype retype = Retype::Refuse);
-    /// Readies `table`'s target, emptied for a copy, for loading: drops its primary key (the
-    /// index is built once the copy is whole, in table_copied, from sorted keys, instead of row
-    /// by row: more than half of a copy's time on the destination) and turns autovacuum off for
-    /// it until then (a vacuum of a table being loaded is wasted work, and one still running
-    /// when the copy ends holds up ADD PRIMARY KEY until PostgreSQL cancels it, a second later).
-    /// Soft deletes: the target is not emptied; first its live rows are marked deleted, versions
-    /// kept (destination.hpp's Deletes::Soft), and the copy's rows come in beside them
-    /// (table_copied removes those the copy found again before it adds the key). A table without
-    /// its key (a copy of it cut short) instead loses its live rows, that copy's.
-    io::Task<void> prepare_for_copy(const schema::Table& table);
-    /// What prepare_for_copy and table_copied change about a copy's target table.
+    /// Readies the targets of `tables`, emptied for a copy, for loading (their ALTERs in one
+    /// round trip): drops each one's primary key (the index is built once the copy is whole, in
+    /// table_copied, from sorted keys, instead of row by row: more than half of a copy's time on
+    /// the destination) and turns its autovacuum off until then (a vacuum of a table being
+    /// loaded is wasted work, and one still running when the copy ends holds up ADD PRIMARY KEY
+    /// until PostgreSQL cancels it, a second later). Soft deletes: the target is not emptied; first
+    /// its live rows are marked deleted, versions kept (destination.hpp's Deletes::Soft), and the
+    /// copy's rows come in beside them (table_copied removes those the copy found again before it
+    /// adds the key). A table without its key (a copy of it cut short) instead loses its live rows,
+    /// that copy's.
+    io::Task<void> prepare_for_copies(std::vector<schema::Table> tables);
+    /// Removes the tombstones of `tables` (their copy starts afresh).
+    io::Task<void> remove_tombstones(const std::vector<schema::Table>& tables);
+    /// What prepare_for_copies and table_copied change about a copy's target table.
     struct CopyTarget {
         std::optional<std::string> key; ///< the name of its primary key, when it has one
         /// A plain table, which takes storage parameters (a partitioned one does not: its
         /// partitions are vacuumed on their own).
         bool plain = false;
     };
-    io::Task<CopyTarget> copy_target(std::string target);
+    /// The CopyTarget of each of `targets` (quoted names), in their order; throws
+    /// DestinationError (Schema) naming one that is missing.
+    io::Task<std::vector<CopyTarget>> copy_targets(std::vector<std::string> targets);
     /// `upserts_deleted`: soft deletes' upserts whose rows are written marked deleted.
     io::Task<void> merge(const std::vector<const Change*>& upserts,
                          const std::vector<const Change*>& deletes,
