@@ -1037,7 +1037,7 @@ io::Task<void> PostgresDestination::empty_tables(std::vector<schema::Table> tabl
     co_await prepare_for_copies(std::move(tables));
 }
 
-io::Task<void> PostgresDestination::remove_tombstones(const std::vector<schema::Table>& tables) {
+io::Task<void> PostgresDestination::remove_tombstones(std::vector<schema::Table> tables) {
     std::vector<std::string> targets;
     for (const auto& t : tables) {
         targets.push_back(t.target);

@@ -240,7 +240,7 @@ private:
     /// that copy's.
     io::Task<void> prepare_for_copies(std::vector<schema::Table> tables);
     /// Removes the tombstones of `tables` (their copy starts afresh).
-    io::Task<void> remove_tombstones(const std::vector<schema::Table>& tables);
+    io::Task<void> remove_tombstones(std::vector<schema::Table> tables);
     /// What prepare_for_copies and table_copied change about a copy's target table.
     struct CopyTarget {
         std::optional<std::string> key; ///< the name of its primary key, when it has one

@@ -165,14 +165,7 @@ std::string encode_column_numbers(const std::vector<std::pair<int, std::string>>
         if (!out.empty()) {
             out += ',';
         }
-        out += std::to_string(number) + " \"";
-        for (const char c : name) {
-            out += c;
-            if (c == '"') {
-                out += '"';
-            }
-        }
-        out += '"';
+        out += std::to_string(number) + " " + schema::quote_identifier(name);
     }
     return out;
 }
