@@ -1102,7 +1102,8 @@ io::Task<RunSummary> Coordinator::run_phases() {
                 applier.set_tables(tables);
                 co_await applier.start_epoch(epoch, created.consistent_lsn);
                 for (const auto& st : source_tables) {
-                    metrics_.snapshot_estimates[st.table.qualified()] = st.estimated_rows;
+                    metrics_.snapshot_estimates[st.table.qualified()] =
+                        std::max<std::int64_t>(0, st.table.estimated_rows);
                 }
                 SnapshotCopier copier(
                     options_.source_dsn, created.snapshot_name, source_tables,

@@ -225,15 +225,28 @@ private:
         Cast,   ///< the stream followed a change that keeps every value: ALTER … USING c::type
         Empty,  ///< the table is empty, a copy follows: ALTER … USING NULL
     };
+    /// What the destination holds of a table's target, as ensure_table needs it.
+    struct TargetFacts {
+        bool schema_exists = false;
+        /// Its columns (name, format_type) in their order; none when the table does not exist.
+        std::vector<std::pair<std::string, std::string>> columns;
+        std::vector<std::string> key; ///< its primary key's columns, in key order
+    };
+    /// The TargetFacts of each of `tables`, in their order, read in one round trip (a
+    /// publication of a thousand tables was three thousand, twice per run).
+    io::Task<std::vector<TargetFacts>> target_facts(std::vector<schema::Table> tables);
     /// Creates the target table, or adds the columns it lacks and deals with changed types as
-    /// `retype` says.
-    io::Task<void> ensure_table(const schema::Table& table, Retype retype = Retype::Refuse);
+    /// `retype` says. `facts`: the table's target_facts, read just before.
+    io::Task<void> ensure_table(const schema::Table& table, Retype retype, TargetFacts facts);
+    /// ensure_table after reading the table's facts alone.
+    io::Task<void> ensure_table(const schema::Table& table, Retype retype);
     /// Readies the targets of `tables`, emptied for a copy, for loading (their ALTERs in one
-    /// round trip): drops each one's primary key (the index is built once the copy is whole, in
-    /// table_copied, from sorted keys, instead of row by row: more than half of a copy's time on
-    /// the destination) and turns its autovacuum off until then (a vacuum of a table being
-    /// loaded is wasted work, and one still running when the copy ends holds up ADD PRIMARY KEY
-    /// until PostgreSQL cancels it, a second later). Soft deletes: the target is not emptied; first
+    /// round trip): drops the primary key of each one not estimated small (kKeepKeyRows; the
+    /// index is built once the copy is whole, in table_copied, from sorted keys, instead of row
+    /// by row: more than half of a big copy's time on the destination) and turns its autovacuum
+    /// off until then (a vacuum of a table being loaded is wasted work, and one still running
+    /// when the copy ends holds up ADD PRIMARY KEY until PostgreSQL cancels it, a second
+    /// later). Soft deletes: every key is dropped; the target is not emptied; first
     /// its live rows are marked deleted, versions kept (destination.hpp's Deletes::Soft), and the
     /// copy's rows come in beside them (table_copied removes those the copy found again before it
     /// adds the key). A table without its key (a copy of it cut short) instead loses its live rows,
@@ -247,6 +260,11 @@ private:
         /// A plain table, which takes storage parameters (a partitioned one does not: its
         /// partitions are vacuumed on their own).
         bool plain = false;
+        /// Its autovacuum is paused (autovacuum_enabled = false), as prepare_for_copies leaves
+        /// a table whose key it drops.
+        bool paused = false;
+        /// A plain table whose heap has no page, so no row: nothing to empty.
+        bool empty = false;
     };
     /// The CopyTarget of each of `targets` (quoted names), in their order; throws
     /// DestinationError (Schema) naming one that is missing.

@@ -366,7 +366,8 @@ io::Task<void> SnapshotCopier::plan(io::PgConnection& conn) {
     }
     plans_.assign(tables_.size(), CopyKey{});
     for (std::size_t i = 0; i < tables_.size(); ++i) {
-        copies_[i].estimated_rows = estimate ? estimates[i] : tables_[i].estimated_rows;
+        copies_[i].estimated_rows =
+            estimate ? estimates[i] : std::max<std::int64_t>(0, tables_[i].table.estimated_rows);
         plans_[i].shape = copy_shape(tables_[i]);
         const std::string& first_type =
             tables_[i].columns.at(tables_[i].table.key_columns.at(0)).type_sql;
@@ -459,17 +460,8 @@ io::Task<std::vector<std::int64_t>> SnapshotCopier::estimate_rows(io::PgConnecti
     for (const auto& st : tables_) {
         relations += (relations.empty() ? "" : ", ") + conn.escape_literal(table_sql(st.table));
     }
-    const std::string sql =
-        "SELECT coalesce((SELECT sum(CASE WHEN c.reltuples >= 0 AND c.relpages > 0 "
-        "THEN c.reltuples / c.relpages * (pg_relation_size(c.oid) / "
-        "current_setting('block_size')::float8) "
-        "ELSE pg_relation_size(c.oid) / (24 + (SELECT coalesce(sum(CASE WHEN a.attlen > 0 "
-        "THEN a.attlen ELSE 32 END), 0) FROM pg_attribute a WHERE a.attrelid = c.oid "
-        "AND a.attnum > 0 AND NOT a.attisdropped))::float8 END) "
-        "FROM pg_class c WHERE (c.oid = u.rel AND c.relkind <> 'p') OR c.oid IN "
-        "(SELECT p.relid FROM pg_partition_tree(u.rel) p WHERE p.isleaf)), "
-        "0)::bigint FROM unnest(ARRAY[" +
-        relations + "]::regclass[]) WITH ORDINALITY AS u(rel, i) ORDER BY u.i";
+    const std::string sql = "SELECT " + estimated_rows_sql("u.rel") + " FROM unnest(ARRAY[" +
+                            relations + "]::regclass[]) WITH ORDINALITY AS u(rel, i) ORDER BY u.i";
     io::PgResult r = co_await conn.exec(sql);
     std::vector<std::int64_t> out;
     for (int row = 0; row < r.rows(); ++row) {

@@ -34,15 +34,15 @@ std::string oid_array_literal(const std::vector<std::uint32_t>& oids) {
     return s + "}";
 }
 
-// The relations the publications publish as themselves: oid, schema, name, estimated rows,
-// membership. A partition is left out when one of its ancestors is listed by a publication that
-// publishes via the partition root: pgoutput then publishes its changes as the topmost such
-// ancestor, whichever other publication lists the partition itself (as PostgreSQL 16's
-// pg_get_publication_tables does for several publications; 15 lists both). The membership is
-// the sorted OIDs of the catalog rows that publish the relation (pg_publication_rel of it or an
-// ancestor, pg_publication_namespace of their schemas, a FOR ALL TABLES publication; the
-// ancestors function lists nothing for a table that is no partition): every ADD TABLE or ADD
-// TABLES IN SCHEMA writes a row with a new OID. $1: the publications, a text array.
+// The relations the publications publish as themselves: oid, schema, name, membership. A partition
+// is left out when one of its ancestors is listed by a publication that publishes via the partition
+// root: pgoutput then publishes its changes as the topmost such ancestor, whichever other
+// publication lists the partition itself (as PostgreSQL 16's pg_get_publication_tables does for
+// several publications; 15 lists both). The membership is the sorted OIDs of the catalog rows that
+// publish the relation (pg_publication_rel of it or an ancestor, pg_publication_namespace of their
+// schemas, a FOR ALL TABLES publication; the ancestors function lists nothing for a table that is
+// no partition): every ADD TABLE or ADD TABLES IN SCHEMA writes a row with a new OID. $1: the
+// publications, a text array.
 std::string published_relations_sql(int server_version) {
     std::string schemas;
     if (server_version >= 150000) { // pg_publication_namespace is new in 15
@@ -52,7 +52,7 @@ std::string published_relations_sql(int server_version) {
                   "  OR pn.pnnspid IN (SELECT ac.relnamespace FROM pg_partition_ancestors(c.oid) a "
                   "    JOIN pg_class ac ON ac.oid = a.relid)) ";
     }
-    return "SELECT DISTINCT c.oid, n.nspname, c.relname, greatest(c.reltuples, 0)::bigint, "
+    return "SELECT DISTINCT c.oid, n.nspname, c.relname, "
            "array_to_string(ARRAY(SELECT m FROM ("
            "  SELECT pr.oid AS m FROM pg_publication_rel pr "
            "  JOIN pg_publication p ON p.oid = pr.prpubid "
@@ -158,6 +158,23 @@ std::optional<std::string> single_array_element(std::string_view literal, const 
 }
 
 } // namespace
+
+std::string estimated_rows_sql(const std::string& relation) {
+    // Rows per page of the last ANALYZE times the pages now; never analyzed (reltuples -1) or
+    // empty then: the size over a row of the columns' widths (32 bytes for a variable one).
+    const std::string rows =
+        "sum(CASE WHEN c.reltuples >= 0 AND c.relpages > 0 "
+        "THEN c.reltuples / c.relpages * (pg_relation_size(c.oid) / "
+        "current_setting('block_size')::float8) "
+        "ELSE pg_relation_size(c.oid) / (24 + (SELECT coalesce(sum(CASE WHEN a.attlen > 0 "
+        "THEN a.attlen ELSE 32 END), 0) FROM pg_attribute a WHERE a.attrelid = c.oid "
+        "AND a.attnum > 0 AND NOT a.attisdropped))::float8 END)";
+    return "(coalesce((SELECT " + rows + " FROM pg_class c WHERE c.oid = " + relation +
+           " AND c.relkind <> 'p'), 0) + coalesce((SELECT " + rows +
+           " FROM pg_class pr CROSS JOIN LATERAL pg_partition_tree(pr.oid::regclass) pt "
+           "JOIN pg_class c ON c.oid = pt.relid WHERE pr.oid = " +
+           relation + " AND pr.relkind = 'p' AND pt.isleaf AND c.relkind <> 'p'), 0))::bigint";
+}
 
 std::string encode_column_numbers(const std::vector<std::pair<int, std::string>>& columns) {
     std::string out;
@@ -271,7 +288,7 @@ SourceCatalog::published_names(io::PgConnection& conn, std::vector<std::string> 
     std::map<std::string, PublishedName> names;
     for (int r = 0; r < rels.rows(); ++r) {
         PublishedName& n = names[std::string(rels.get(r, 1)) + "." + std::string(rels.get(r, 2))];
-        n.membership = std::string(rels.get(r, 4));
+        n.membership = std::string(rels.get(r, 3));
         if (const auto found = numbers.find(oids[std::size_t(r)]); found != numbers.end()) {
             n.source_columns = found->second;
         }
@@ -308,8 +325,7 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
         st.table.schema = std::string(rels.get(r, 1));
         st.table.name = std::string(rels.get(r, 2));
         st.table.source_oid = std::uint32_t(std::stoul(std::string(rels.get(r, 0))));
-        st.table.publication_membership = std::string(rels.get(r, 4));
-        st.estimated_rows = to_int64(rels.get(r, 3));
+        st.table.publication_membership = std::string(rels.get(r, 3));
         by_oid.emplace(st.table.source_oid, out.size());
         oids.push_back(st.table.source_oid);
         out.push_back(std::move(st));
@@ -376,6 +392,13 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
         }
         st.columns.push_back(std::move(sc));
         st.table.columns.push_back(std::move(tc));
+    }
+
+    const std::string estimates_sql =
+        "SELECT r, " + estimated_rows_sql("r") + " FROM unnest($1::oid[]) AS u(r)";
+    io::PgResult estimates = co_await conn.exec_params(estimates_sql, params(oid_list));
+    for (int i = 0; i < estimates.rows(); ++i) {
+        table_of(estimates.get(i, 0)).table.estimated_rows = to_int64(estimates.get(i, 1));
     }
 
     const std::map<std::uint32_t, std::string> numbers =

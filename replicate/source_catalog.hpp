@@ -32,7 +32,6 @@ struct SourceColumn {
 struct SourceTable {
     schema::Table table;
     std::vector<SourceColumn> columns; ///< parallel to table.columns
-    std::int64_t estimated_rows = 0;   ///< pg_class.reltuples, for progress
     /// The publications' row filters, OR-ed (a row is published when any accepts it); empty
     /// when some publication publishes every row.
     std::string row_filter;
@@ -50,6 +49,13 @@ struct UserType {
 /// SQL expression over `t` (pg_type) and `n` (pg_namespace): the same text on the source and on
 /// a PostgreSQL destination tells that their types agree.
 extern const char* const kUserTypeDefinitionSql;
+
+/// A SQL expression that estimates the rows of the relation whose OID the SQL expression
+/// `relation` gives: pg_class.reltuples scaled to the relation's size on disk now (a table that
+/// grew since its last ANALYZE), or its size over a guessed row width when it was never
+/// analyzed; a partitioned table's is the sum of its leaves'. Cheap for a thousand relations
+/// (pg_partition_tree is called for partitioned ones only).
+std::string estimated_rows_sql(const std::string& relation);
 
 /// Reads publications, columns, types and keys through an ordinary SQL connection.
 class SourceCatalog {

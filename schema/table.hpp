@@ -64,6 +64,9 @@ struct Table {
     /// another number, and its old values are gone from the source without a change the
     /// stream sends: the table is copied again.
     std::string source_columns;
+    /// The source's estimate of its rows when it was described (SourceCatalog), -1 when not
+    /// read: for progress, and for a destination to choose how to load it.
+    std::int64_t estimated_rows = -1;
 
     /// "schema.name" as the user writes it (unquoted).
     std::string qualified() const { return schema + "." + name; }

@@ -321,6 +321,58 @@ TEST_F(PostgresDestination, CopyAddsThePrimaryKeyOnceWholeAlsoAfterAKill) {
     expect_same("SELECT id, v FROM big ORDER BY id");
 }
 
+// A table the source estimates small (kKeepKeyRows) keeps its primary key through its copy, and
+// its autovacuum; a bigger one loses both until the copy is whole (a new constraint). A new
+// epoch empties only the tables that hold rows: the tables pgtide has just created are not
+// truncated. A freshly created relation's file number is its OID; TRUNCATE gives a new one.
+// Broken on purpose: with every key dropped for the copy (kKeepKeyRows = -1), small's key was
+// another constraint after the new epoch; with every table truncated, the tables just created
+// had new file numbers after the first run.
+TEST_F(PostgresDestination, SmallTablesKeepTheirKeyThroughTheCopy) {
+    PGTIDE_REQUIRE_PG();
+    exec("CREATE TABLE small (id int PRIMARY KEY, v text);"
+         "INSERT INTO small SELECT g, 'small ' || g FROM generate_series(1, 100) g;"
+         "CREATE TABLE big (id bigint PRIMARY KEY, v text NOT NULL);"
+         "INSERT INTO big SELECT g, 'big ' || g FROM generate_series(1, 50000) g;"
+         "ANALYZE small, big;"
+         "CREATE PUBLICATION pub FOR TABLE small, big");
+    const std::string config = write_config("");
+    std::vector<std::string> once{"run", "-c", config, "--once"};
+    std::string out;
+    std::string err;
+    ASSERT_EQ(PgtideProcess::run(once, &out, &err), 0) << err;
+    const std::string files_sql =
+        "SELECT relname, relfilenode = oid, coalesce(array_to_string(reloptions, ','), '') "
+        "FROM pg_class WHERE relname IN ('small', 'big', 'small_pkey') ORDER BY 1";
+    const auto row = [](const char* name, bool same, const char* options) {
+        return std::vector<std::optional<std::string>>{
+            std::string(name), std::string(same ? "t" : "f"), std::string(options)};
+    };
+    EXPECT_EQ(dest_query(files_sql),
+              (Rows{row("big", true, ""), row("small", true, ""), row("small_pkey", true, "")}))
+        << "small's key is not the one made with the table, or a table was emptied";
+    expect_same("SELECT id, v FROM small ORDER BY id");
+    expect_same("SELECT id, v FROM big ORDER BY id");
+
+    const std::string keys_sql = "SELECT conrelid::regclass::text, oid FROM pg_constraint WHERE "
+                                 "contype = 'p' AND conrelid IN ('small'::regclass, "
+                                 "'big'::regclass) ORDER BY 1";
+    const Rows keys_before = dest_query(keys_sql);
+    ASSERT_EQ(keys_before.size(), 2u);
+    exec("UPDATE small SET v = 'changed' WHERE id % 3 = 0; DELETE FROM big WHERE id % 5 = 0");
+    once.push_back("--resnapshot");
+    ASSERT_EQ(PgtideProcess::run(once, &out, &err), 0) << err;
+    const Rows keys_after = dest_query(keys_sql);
+    ASSERT_EQ(keys_after.size(), 2u);
+    EXPECT_NE(keys_after[0], keys_before[0]) << "big's key was not dropped for its copy";
+    EXPECT_EQ(keys_after[1], keys_before[1]) << "small's key was dropped for its copy";
+    EXPECT_EQ(dest_query(files_sql),
+              (Rows{row("big", false, ""), row("small", false, ""), row("small_pkey", false, "")}))
+        << "both tables held rows: both were emptied for the new epoch";
+    expect_same("SELECT id, v FROM small ORDER BY id");
+    expect_same("SELECT id, v FROM big ORDER BY id");
+}
+
 // Tables copied at once each go through a destination connection of their own, in transactions
 // of their own (PostgresDestination::CopyLane). Sampled mid-copy, every table holds exactly the
 // rows its progress row counts (rows never commit without the progress that covers them, which
