@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "io/log.hpp"
+#include "io/when_all.hpp"
 #include "replicate/errors.hpp"
 #include "replicate/session.hpp"
 #include "replicate/snapshot_copier.hpp"
@@ -40,6 +41,8 @@ constexpr std::size_t kCopyChunk = 1u << 20;
 /// with the key against 2.6 ms with the drop and the build; 1,000 rows 5.2 against 6.9 ms;
 /// 10,000 rows 26 against 23 ms.
 constexpr std::int64_t kKeepKeyRows = 5000;
+/// create_tables creates the tables it lacks over a connection per this many, up to max_lanes.
+constexpr std::size_t kTablesPerCreateSession = 16;
 
 constexpr const char* kCreateMetadata = R"sql(
 CREATE TABLE IF NOT EXISTS "public"."_pgtide_checkpoint" (
@@ -848,19 +851,90 @@ io::Task<void> PostgresDestination::create_tables(std::vector<schema::Table> tab
     co_await reap_lanes(true); // their tables' keys first
     co_await begin();
     std::vector<TargetFacts> facts = co_await target_facts(tables);
+    std::set<std::string> schemas;
+    std::vector<schema::Table> missing;
     for (std::size_t i = 0; i < tables.size(); ++i) {
-        if (!facts[i].schema_exists) {
-            // Created by an earlier table's ensure_table.
-            for (std::size_t j = 0; j < i; ++j) {
-                if (target_name(tables[j]).schema == target_name(tables[i]).schema) {
-                    facts[i].schema_exists = true;
-                }
-            }
+        check_reserved_columns(tables[i]);
+        const std::string schema = target_name(tables[i]).schema;
+        if (!facts[i].schema_exists && !schemas.contains(schema)) {
+            co_await run("CREATE SCHEMA IF NOT EXISTS " + quote_identifier(schema),
+                         "creating schema " + quote_identifier(schema));
+            schemas.insert(schema);
         }
-        co_await ensure_table(tables[i], Retype::Refuse, std::move(facts[i]));
+        facts[i].schema_exists = true;
+        if (facts[i].columns.empty()) {
+            missing.push_back(std::move(tables[i]));
+        } else {
+            co_await ensure_table(tables[i], Retype::Refuse, std::move(facts[i]));
+        }
+    }
+    // Each CREATE TABLE builds its key's empty index, and its TOAST table's, with an fsync each:
+    // many tables are created over connections of their own at once, which the copies' lanes
+    // take up afterwards (1,000 tables by hand, fsync on: 2.2 s in one session, 1.5 s in four).
+    const std::size_t sessions = std::min(max_lanes_, missing.size() / kTablesPerCreateSession);
+    if (sessions >= 2) {
+        in_transaction_ = false;
+        co_await run("COMMIT", "committing the destination tables"); // the schemas, for them
+        std::vector<std::vector<schema::Table>> shares(sessions);
+        for (std::size_t i = 0; i < missing.size(); ++i) {
+            shares[i % sessions].push_back(std::move(missing[i]));
+        }
+        std::vector<io::Task<void>> creates;
+        std::vector<std::vector<schema::Table>> refused(sessions);
+        for (std::size_t k = 0; k < sessions; ++k) {
+            creates.push_back(create_elsewhere(this, std::move(shares[k]), &refused[k]));
+        }
+        co_await io::when_all(std::move(creates));
+        missing.clear();
+        for (auto& share : refused) {
+            std::move(share.begin(), share.end(), std::back_inserter(missing));
+        }
+        co_await begin();
+    }
+    for (const auto& t : missing) {
+        for (std::string& sql : create_table_sql(t)) {
+            co_await run(std::move(sql), creating_what(t));
+        }
     }
     in_transaction_ = false;
     co_await run("COMMIT", "committing the destination tables");
+}
+
+io::Task<void> PostgresDestination::create_elsewhere(PostgresDestination* self,
+                                                     std::vector<schema::Table> tables,
+                                                     std::vector<schema::Table>* refused) {
+    std::optional<io::PgConnection> conn;
+    if (!self->idle_lanes_.empty()) {
+        conn = std::move(self->idle_lanes_.back());
+        self->idle_lanes_.pop_back();
+    } else {
+        try {
+            conn = co_await connect_session(self->url_, self->application_name_);
+        } catch (const io::PgError& e) {
+            io::log_warn("creating tables through the main destination connection: a "
+                         "connection of its own was refused",
+                         {{"tables", std::to_string(tables.size())}, {"error", e.what()}});
+        }
+        if (!conn) {
+            *refused = std::move(tables);
+            co_return;
+        }
+    }
+    std::string what = "starting a transaction to create tables";
+    try {
+        co_await conn->exec("BEGIN");
+        for (const auto& t : tables) {
+            what = self->creating_what(t);
+            for (const std::string& sql : self->create_table_sql(t)) {
+                co_await conn->exec(sql);
+            }
+        }
+        what = "committing the tables created";
+        co_await conn->exec("COMMIT");
+    } catch (const io::PgError& e) {
+        self->fail(e, what); // the connection goes with its failed transaction
+    }
+    self->idle_lanes_.push_back(std::move(*conn));
 }
 
 io::Task<void> PostgresDestination::create_types(std::vector<UserType> types) {
@@ -898,6 +972,60 @@ io::Task<void> PostgresDestination::follow_schema(std::shared_ptr<const schema::
     co_await begin();
     // The stream lets through only type changes that keep every value (or stops).
     co_await ensure_table(*table, Retype::Cast);
+}
+
+void PostgresDestination::check_reserved_columns(const schema::Table& table) const {
+    for (const auto& c : table.columns) {
+        if (c.name == "_pgtide_lsn" || c.name == "_pgtide_deleted") {
+            throw DestinationError(DestinationErrorKind::Schema, 0,
+                                   describe() + ": column \"" + c.name + "\" of " +
+                                       table.qualified() +
+                                       " collides with a column pgtide reserves");
+        }
+    }
+}
+
+std::string PostgresDestination::creating_what(const schema::Table& table) const {
+    return "creating table " + target_sql(table) +
+           " (a type the source's columns use may be missing in the destination: create it "
+           "there first)";
+}
+
+std::vector<std::string> PostgresDestination::create_table_sql(const schema::Table& table) const {
+    const std::string target = target_sql(table);
+    std::string ddl = "CREATE TABLE " + target + " (";
+    for (std::size_t i = 0; i < table.columns.size(); ++i) {
+        const auto& c = table.columns[i];
+        ddl += quote_identifier(c.name) + " " + type_of(table, i);
+        if (c.key) {
+            ddl += " NOT NULL";
+        }
+        ddl += ", ";
+    }
+    std::vector<std::string> keys;
+    for (auto k : table.key_columns) {
+        keys.push_back(table.columns[k].name);
+    }
+    ddl += std::string(kLsnColumn) + " bigint NOT NULL, ";
+    if (deletes_ == Deletes::Soft) {
+        ddl += std::string(kDeletedColumnDdl) + ", ";
+    }
+    ddl += "PRIMARY KEY (" + join_quoted(keys) + "))";
+    std::vector<std::string> out{std::move(ddl)};
+    // The source's STORAGE where it is not the type's default (PostgreSQL 15 has no STORAGE in a
+    // column definition): how values are kept (compressed or not, in line or not) is part of the
+    // table's definition, and a replica keeps what the source chose.
+    std::string storage;
+    for (const auto& c : table.columns) {
+        if (!c.pg_storage.empty()) {
+            storage += std::string(storage.empty() ? "" : ", ") + "ALTER COLUMN " +
+                       quote_identifier(c.name) + " SET STORAGE " + c.pg_storage;
+        }
+    }
+    if (!storage.empty()) {
+        out.push_back("ALTER TABLE " + target + " " + storage);
+    }
+    return out;
 }
 
 io::Task<std::vector<PostgresDestination::TargetFacts>>
@@ -962,54 +1090,13 @@ io::Task<void> PostgresDestination::ensure_table(const schema::Table& table, Ret
     const TargetName name = target_name(table);
     const std::string target = target_sql(table);
     const std::string what = "preparing table " + target + " for " + table.qualified();
-    for (const auto& c : table.columns) {
-        if (c.name == "_pgtide_lsn" || c.name == "_pgtide_deleted") {
-            throw DestinationError(DestinationErrorKind::Schema, 0,
-                                   describe() + ": column \"" + c.name + "\" of " +
-                                       table.qualified() +
-                                       " collides with a column pgtide reserves");
-        }
-    }
+    check_reserved_columns(table);
     if (!facts.schema_exists) {
         co_await run("CREATE SCHEMA IF NOT EXISTS " + quote_identifier(name.schema), what);
     }
     if (facts.columns.empty()) {
-        std::string ddl = "CREATE TABLE " + target + " (";
-        for (std::size_t i = 0; i < table.columns.size(); ++i) {
-            const auto& c = table.columns[i];
-            ddl += quote_identifier(c.name) + " " + type_of(table, i);
-            if (c.key) {
-                ddl += " NOT NULL";
-            }
-            ddl += ", ";
-        }
-        std::vector<std::string> keys;
-        for (auto k : table.key_columns) {
-            keys.push_back(table.columns[k].name);
-        }
-        ddl += std::string(kLsnColumn) + " bigint NOT NULL, ";
-        if (deletes_ == Deletes::Soft) {
-            ddl += std::string(kDeletedColumnDdl) + ", ";
-        }
-        ddl += "PRIMARY KEY (" + join_quoted(keys) + "))";
-        co_await run(std::move(ddl),
-                     "creating table " + target +
-                         " (a type the source's columns use may be missing in the destination: "
-                         "create it there first)");
-        // The source's STORAGE where it is not the type's default (PostgreSQL 15 has no
-        // STORAGE in a column definition): how values are kept (compressed or not, in line or
-        // not) is part of the table's definition, and a replica keeps what the source chose.
-        std::string storage;
-        for (const auto& c : table.columns) {
-            if (!c.pg_storage.empty()) {
-                storage += std::string(storage.empty() ? "" : ", ") + "ALTER COLUMN " +
-                           quote_identifier(c.name) + " SET STORAGE " + c.pg_storage;
-            }
-        }
-        if (!storage.empty()) {
-            std::string sql = "ALTER TABLE " + target + " " + storage;
-            std::string doing = "setting the storage of the columns of " + target;
-            co_await run(std::move(sql), std::move(doing));
+        for (std::string& sql : create_table_sql(table)) {
+            co_await run(std::move(sql), creating_what(table));
         }
         co_return;
     }

@@ -232,6 +232,18 @@ private:
         std::vector<std::pair<std::string, std::string>> columns;
         std::vector<std::string> key; ///< its primary key's columns, in key order
     };
+    /// Creates `tables` (create_table_sql) in one transaction on a connection of their own,
+    /// which then waits among the idle lanes; `*refused` takes them when no connection is had.
+    static io::Task<void> create_elsewhere(PostgresDestination* self,
+                                           std::vector<schema::Table> tables,
+                                           std::vector<schema::Table>* refused);
+    /// Throws DestinationError (Schema) when a column of `table` has a name pgtide reserves.
+    void check_reserved_columns(const schema::Table& table) const;
+    /// CREATE TABLE for `table` (the source's column types, NOT NULL keys, PRIMARY KEY, the
+    /// hidden columns), then the ALTER that gives columns the source's STORAGE, if any.
+    std::vector<std::string> create_table_sql(const schema::Table& table) const;
+    /// What a failed create_table_sql statement was doing, for its error.
+    std::string creating_what(const schema::Table& table) const;
     /// The TargetFacts of each of `tables`, in their order, read in one round trip (a
     /// publication of a thousand tables was three thousand, twice per run).
     io::Task<std::vector<TargetFacts>> target_facts(std::vector<schema::Table> tables);

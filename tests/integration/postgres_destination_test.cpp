@@ -574,8 +574,10 @@ TEST_F(PostgresDestination, TablesCopyThroughTheMainConnectionWhenRefusedOneOfTh
     expect_same("SELECT id, v FROM big_b ORDER BY id");
 }
 
-// A publication of many small tables: the copy keeps to its share of the destination's
-// connections (a lane's connection serves the next table once its commit is done), and what
+// A publication of many small tables: they are created over two connections at once
+// (create_tables, a connection per 16), which the copy's lanes take up; the copy keeps to its
+// share of the destination's connections (a lane's connection serves the next table once its
+// commit is done), and what
 // the destination says beside its answers (NOTICEs) goes to the log, not raw onto stderr.
 // Broken on purpose: without the cap on lanes (lane_of), the role's limit of 6 connections was
 // reached at the sixth table ("a connection of its own was refused"); without the notice
@@ -583,7 +585,7 @@ TEST_F(PostgresDestination, TablesCopyThroughTheMainConnectionWhenRefusedOneOfTh
 // exists, skipping"; without closing the idle lanes once streaming, 5 sessions stayed open.
 TEST_F(PostgresDestination, ManySmallTablesKeepToTheirShareOfConnections) {
     PGTIDE_REQUIRE_PG();
-    constexpr int kTables = 30;
+    constexpr int kTables = 40;
     std::string ddl;
     for (int i = 1; i <= kTables; ++i) {
         const std::string t = "many_" + std::to_string(i);
