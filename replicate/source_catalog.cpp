@@ -34,15 +34,25 @@ std::string oid_array_literal(const std::vector<std::uint32_t>& oids) {
     return s + "}";
 }
 
-// The relations the publications publish as themselves: oid, schema, name, membership. A partition
-// is left out when one of its ancestors is listed by a publication that publishes via the partition
-// root: pgoutput then publishes its changes as the topmost such ancestor, whichever other
-// publication lists the partition itself (as PostgreSQL 16's pg_get_publication_tables does for
-// several publications; 15 lists both). The membership is the sorted OIDs of the catalog rows that
-// publish the relation (pg_publication_rel of it or an ancestor, pg_publication_namespace of their
-// schemas, a FOR ALL TABLES publication; the ancestors function lists nothing for a table that is
-// no partition): every ADD TABLE or ADD TABLES IN SCHEMA writes a row with a new OID. $1: the
-// publications, a text array.
+// A relation's estimated rows (c, its pg_class row) without touching the relation: the larger
+// of the last ANALYZE's count and the statistics' live rows (inserts since are counted there,
+// and a never analyzed table has reltuples -1); -1 (unknown) for a partitioned table, which
+// has neither. pg_relation_size would be exact but waits for a lock, and one running DDL of a
+// published table would then hold up every read of the publications.
+constexpr const char* kCatalogEstimateSql =
+    "CASE WHEN c.relkind = 'p' THEN -1 "
+    "ELSE greatest(c.reltuples, pg_stat_get_live_tuples(c.oid))::bigint END";
+
+// The relations the publications publish as themselves: oid, schema, name, estimated rows
+// (kCatalogEstimateSql), membership. A partition is left out when one of its ancestors is listed
+// by a publication that publishes via the partition root: pgoutput then publishes its changes as
+// the topmost such ancestor, whichever other publication lists the partition itself (as
+// PostgreSQL 16's pg_get_publication_tables does for several publications; 15 lists both). The
+// membership is the sorted OIDs of the catalog rows that publish the relation
+// (pg_publication_rel of it or an ancestor, pg_publication_namespace of their schemas, a FOR ALL
+// TABLES publication; the ancestors function lists nothing for a table that is no partition):
+// every ADD TABLE or ADD TABLES IN SCHEMA writes a row with a new OID. $1: the publications, a
+// text array.
 std::string published_relations_sql(int server_version) {
     std::string schemas;
     if (server_version >= 150000) { // pg_publication_namespace is new in 15
@@ -52,7 +62,8 @@ std::string published_relations_sql(int server_version) {
                   "  OR pn.pnnspid IN (SELECT ac.relnamespace FROM pg_partition_ancestors(c.oid) a "
                   "    JOIN pg_class ac ON ac.oid = a.relid)) ";
     }
-    return "SELECT DISTINCT c.oid, n.nspname, c.relname, "
+    return "SELECT DISTINCT c.oid, n.nspname, c.relname, " + std::string(kCatalogEstimateSql) +
+           ", "
            "array_to_string(ARRAY(SELECT m FROM ("
            "  SELECT pr.oid AS m FROM pg_publication_rel pr "
            "  JOIN pg_publication p ON p.oid = pr.prpubid "
@@ -288,7 +299,7 @@ SourceCatalog::published_names(io::PgConnection& conn, std::vector<std::string> 
     std::map<std::string, PublishedName> names;
     for (int r = 0; r < rels.rows(); ++r) {
         PublishedName& n = names[std::string(rels.get(r, 1)) + "." + std::string(rels.get(r, 2))];
-        n.membership = std::string(rels.get(r, 3));
+        n.membership = std::string(rels.get(r, 4));
         if (const auto found = numbers.find(oids[std::size_t(r)]); found != numbers.end()) {
             n.source_columns = found->second;
         }
@@ -325,7 +336,8 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
         st.table.schema = std::string(rels.get(r, 1));
         st.table.name = std::string(rels.get(r, 2));
         st.table.source_oid = std::uint32_t(std::stoul(std::string(rels.get(r, 0))));
-        st.table.publication_membership = std::string(rels.get(r, 3));
+        st.table.publication_membership = std::string(rels.get(r, 4));
+        st.table.estimated_rows = to_int64(rels.get(r, 3));
         by_oid.emplace(st.table.source_oid, out.size());
         oids.push_back(st.table.source_oid);
         out.push_back(std::move(st));
@@ -392,13 +404,6 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
         }
         st.columns.push_back(std::move(sc));
         st.table.columns.push_back(std::move(tc));
-    }
-
-    const std::string estimates_sql =
-        "SELECT r, " + estimated_rows_sql("r") + " FROM unnest($1::oid[]) AS u(r)";
-    io::PgResult estimates = co_await conn.exec_params(estimates_sql, params(oid_list));
-    for (int i = 0; i < estimates.rows(); ++i) {
-        table_of(estimates.get(i, 0)).table.estimated_rows = to_int64(estimates.get(i, 1));
     }
 
     const std::map<std::uint32_t, std::string> numbers =

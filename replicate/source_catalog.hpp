@@ -54,7 +54,8 @@ extern const char* const kUserTypeDefinitionSql;
 /// `relation` gives: pg_class.reltuples scaled to the relation's size on disk now (a table that
 /// grew since its last ANALYZE), or its size over a guessed row width when it was never
 /// analyzed; a partitioned table's is the sum of its leaves'. Cheap for a thousand relations
-/// (pg_partition_tree is called for partitioned ones only).
+/// (pg_partition_tree is called for partitioned ones only), but it waits for each relation's
+/// lock, as the copy that follows it does.
 std::string estimated_rows_sql(const std::string& relation);
 
 /// Reads publications, columns, types and keys through an ordinary SQL connection.
