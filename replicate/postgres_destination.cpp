@@ -892,41 +892,50 @@ io::Task<void> PostgresDestination::create_tables(std::vector<schema::Table> tab
         co_await begin();
     }
     for (const auto& t : missing) {
-        for (std::string& sql : create_table_sql(t)) {
-            co_await run(std::move(sql), creating_what(t));
+        std::vector<Statement> statements = create_table_sql(t);
+        for (Statement& st : statements) {
+            co_await run(std::move(st.sql), std::move(st.what));
         }
     }
     in_transaction_ = false;
     co_await run("COMMIT", "committing the destination tables");
 }
 
+io::Task<std::optional<io::PgConnection>>
+PostgresDestination::idle_or_new_connection(std::string* refusal) {
+    if (!idle_lanes_.empty()) {
+        io::PgConnection conn = std::move(idle_lanes_.back());
+        idle_lanes_.pop_back();
+        co_return conn;
+    }
+    try {
+        co_return co_await connect_session(url_, application_name_);
+    } catch (const io::PgError& e) {
+        *refusal = e.what();
+    }
+    co_return std::nullopt;
+}
+
 io::Task<void> PostgresDestination::create_elsewhere(PostgresDestination* self,
                                                      std::vector<schema::Table> tables,
                                                      std::vector<schema::Table>* refused) {
-    std::optional<io::PgConnection> conn;
-    if (!self->idle_lanes_.empty()) {
-        conn = std::move(self->idle_lanes_.back());
-        self->idle_lanes_.pop_back();
-    } else {
-        try {
-            conn = co_await connect_session(self->url_, self->application_name_);
-        } catch (const io::PgError& e) {
-            io::log_warn("creating tables through the main destination connection: a "
-                         "connection of its own was refused",
-                         {{"tables", std::to_string(tables.size())}, {"error", e.what()}});
-        }
-        if (!conn) {
-            *refused = std::move(tables);
-            co_return;
-        }
+    std::string refusal;
+    std::optional<io::PgConnection> conn = co_await self->idle_or_new_connection(&refusal);
+    if (!conn) {
+        io::log_warn("creating tables through the main destination connection: a "
+                     "connection of its own was refused",
+                     {{"tables", std::to_string(tables.size())}, {"error", refusal}});
+        *refused = std::move(tables);
+        co_return;
     }
     std::string what = "starting a transaction to create tables";
     try {
         co_await conn->exec("BEGIN");
         for (const auto& t : tables) {
-            what = self->creating_what(t);
-            for (const std::string& sql : self->create_table_sql(t)) {
-                co_await conn->exec(sql);
+            std::vector<Statement> statements = self->create_table_sql(t);
+            for (Statement& st : statements) {
+                what = std::move(st.what);
+                co_await conn->exec(st.sql);
             }
         }
         what = "committing the tables created";
@@ -985,13 +994,8 @@ void PostgresDestination::check_reserved_columns(const schema::Table& table) con
     }
 }
 
-std::string PostgresDestination::creating_what(const schema::Table& table) const {
-    return "creating table " + target_sql(table) +
-           " (a type the source's columns use may be missing in the destination: create it "
-           "there first)";
-}
-
-std::vector<std::string> PostgresDestination::create_table_sql(const schema::Table& table) const {
+std::vector<PostgresDestination::Statement>
+PostgresDestination::create_table_sql(const schema::Table& table) const {
     const std::string target = target_sql(table);
     std::string ddl = "CREATE TABLE " + target + " (";
     for (std::size_t i = 0; i < table.columns.size(); ++i) {
@@ -1011,7 +1015,10 @@ std::vector<std::string> PostgresDestination::create_table_sql(const schema::Tab
         ddl += std::string(kDeletedColumnDdl) + ", ";
     }
     ddl += "PRIMARY KEY (" + join_quoted(keys) + "))";
-    std::vector<std::string> out{std::move(ddl)};
+    std::vector<Statement> out;
+    out.push_back({std::move(ddl), "creating table " + target +
+                                       " (a type the source's columns use may be missing in the "
+                                       "destination: create it there first)"});
     // The source's STORAGE where it is not the type's default (PostgreSQL 15 has no STORAGE in a
     // column definition): how values are kept (compressed or not, in line or not) is part of the
     // table's definition, and a replica keeps what the source chose.
@@ -1023,7 +1030,8 @@ std::vector<std::string> PostgresDestination::create_table_sql(const schema::Tab
         }
     }
     if (!storage.empty()) {
-        out.push_back("ALTER TABLE " + target + " " + storage);
+        out.push_back({"ALTER TABLE " + target + " " + storage,
+                       "setting the storage of the columns of " + target});
     }
     return out;
 }
@@ -1095,8 +1103,9 @@ io::Task<void> PostgresDestination::ensure_table(const schema::Table& table, Ret
         co_await run("CREATE SCHEMA IF NOT EXISTS " + quote_identifier(name.schema), what);
     }
     if (facts.columns.empty()) {
-        for (std::string& sql : create_table_sql(table)) {
-            co_await run(std::move(sql), creating_what(table));
+        std::vector<Statement> statements = create_table_sql(table);
+        for (Statement& st : statements) {
+            co_await run(std::move(st.sql), std::move(st.what));
         }
         co_return;
     }
@@ -1188,25 +1197,21 @@ io::Task<void> PostgresDestination::reset_tables(std::string slot,
     co_await reap_lanes(true); // their tables' keys first
     co_await begin();
     co_await remove_tombstones(tables);
+    // Read before the TRUNCATE, which changes none of what prepare_for_copies reads in them.
+    std::vector<CopyTarget> found = co_await copy_targets_of(tables);
     std::string truncate;
-    if (deletes_ == Deletes::Hard) { // soft: prepare_for_copies marks the rows instead
-        std::vector<std::string> targets;
-        for (const auto& t : tables) {
-            targets.push_back(target_sql(t));
-        }
-        const std::vector<CopyTarget> found = co_await copy_targets(targets);
-        for (std::size_t i = 0; i < targets.size(); ++i) {
-            // Not the tables just created: TRUNCATE gives each new files and builds its empty
-            // indexes again, each with an fsync (1.4 s for 1,000 tables).
-            if (!found[i].empty) {
-                truncate += (truncate.empty() ? "TRUNCATE " : ", ") + targets[i];
-            }
+    for (std::size_t i = 0; i < tables.size(); ++i) {
+        // Soft deletes: prepare_for_copies marks the rows instead. Not the tables just created:
+        // TRUNCATE gives each new files and builds its empty indexes again, each with an fsync
+        // (1.4 s for 1,000 tables).
+        if (deletes_ == Deletes::Hard && !found[i].empty) {
+            truncate += (truncate.empty() ? "TRUNCATE " : ", ") + target_sql(tables[i]);
         }
     }
     if (!truncate.empty()) {
         co_await run(std::move(truncate), "emptying the tables for a new epoch");
     }
-    co_await prepare_for_copies(std::move(tables));
+    co_await prepare_for_copies(std::move(tables), std::move(found));
     co_await run_params(std::string("DELETE FROM ") + kTablesTable + " WHERE slot_name = $1",
                         params(slot), "removing the table states of slot " + slot);
 }
@@ -1225,7 +1230,8 @@ io::Task<void> PostgresDestination::empty_tables(std::vector<schema::Table> tabl
             co_await ensure_table(t, Retype::Empty); // the source's columns as they are now
         }
     }
-    co_await prepare_for_copies(std::move(tables));
+    std::vector<CopyTarget> found = co_await copy_targets_of(tables);
+    co_await prepare_for_copies(std::move(tables), std::move(found));
 }
 
 io::Task<void> PostgresDestination::remove_tombstones(std::vector<schema::Table> tables) {
@@ -1288,12 +1294,21 @@ PostgresDestination::copy_targets(std::vector<std::string> targets) {
     co_return out;
 }
 
-io::Task<void> PostgresDestination::prepare_for_copies(std::vector<schema::Table> tables) {
+io::Task<std::vector<PostgresDestination::CopyTarget>>
+PostgresDestination::copy_targets_of(std::vector<schema::Table> tables) {
     std::vector<std::string> targets;
     for (const auto& t : tables) {
         targets.push_back(target_sql(t));
     }
-    const std::vector<CopyTarget> found = co_await copy_targets(targets);
+    co_return co_await copy_targets(std::move(targets));
+}
+
+io::Task<void> PostgresDestination::prepare_for_copies(std::vector<schema::Table> tables,
+                                                       std::vector<CopyTarget> found) {
+    std::vector<std::string> targets;
+    for (const auto& t : tables) {
+        targets.push_back(target_sql(t));
+    }
     // Every table's ALTER in one round trip, as their tombstones and keys were read: a
     // publication of a thousand small tables saves three thousand round trips.
     std::string alters;
@@ -1536,26 +1551,16 @@ io::Task<PostgresDestination::CopyLane*> PostgresDestination::lane_of(const sche
         if (lanes_.size() >= max_lanes_) {
             co_await reap_lanes(true);
         }
-        std::optional<io::PgConnection> conn;
-        if (!idle_lanes_.empty()) {
-            conn = std::move(idle_lanes_.back());
-            idle_lanes_.pop_back();
-        } else {
-            std::string refused;
-            try {
-                conn = co_await connect_session(url_, application_name_);
-            } catch (const io::PgError& e) {
-                refused = e.what();
-            }
-            if (!refused.empty()) {
-                // A destination at its connection limit (max_connections, or the role's or the
-                // database's CONNECTION LIMIT) still takes the copy, through the main connection.
-                io::log_warn("copying a table through the main destination connection: a "
-                             "connection of its own was refused",
-                             {{"table", target_sql(table)}, {"error", refused}});
-                laneless_.insert(table.target);
-                co_return nullptr;
-            }
+        std::string refusal;
+        std::optional<io::PgConnection> conn = co_await idle_or_new_connection(&refusal);
+        if (!conn) {
+            // A destination at its connection limit (max_connections, or the role's or the
+            // database's CONNECTION LIMIT) still takes the copy, through the main connection.
+            io::log_warn("copying a table through the main destination connection: a "
+                         "connection of its own was refused",
+                         {{"table", target_sql(table)}, {"error", refusal}});
+            laneless_.insert(table.target);
+            co_return nullptr;
         }
         auto lane = std::make_unique<CopyLane>();
         lane->target = target_sql(table);

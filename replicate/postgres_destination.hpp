@@ -232,6 +232,9 @@ private:
         std::vector<std::pair<std::string, std::string>> columns;
         std::vector<std::string> key; ///< its primary key's columns, in key order
     };
+    /// A connection of the destination's besides the main one: an idle lane's, else a new
+    /// session; nullopt, with the server's refusal in `*refusal`, when it cannot connect.
+    io::Task<std::optional<io::PgConnection>> idle_or_new_connection(std::string* refusal);
     /// Creates `tables` (create_table_sql) in one transaction on a connection of their own,
     /// which then waits among the idle lanes; `*refused` takes them when no connection is had.
     static io::Task<void> create_elsewhere(PostgresDestination* self,
@@ -239,11 +242,14 @@ private:
                                            std::vector<schema::Table>* refused);
     /// Throws DestinationError (Schema) when a column of `table` has a name pgtide reserves.
     void check_reserved_columns(const schema::Table& table) const;
+    /// A statement, and what it does for an error that names it.
+    struct Statement {
+        std::string sql;
+        std::string what;
+    };
     /// CREATE TABLE for `table` (the source's column types, NOT NULL keys, PRIMARY KEY, the
     /// hidden columns), then the ALTER that gives columns the source's STORAGE, if any.
-    std::vector<std::string> create_table_sql(const schema::Table& table) const;
-    /// What a failed create_table_sql statement was doing, for its error.
-    std::string creating_what(const schema::Table& table) const;
+    std::vector<Statement> create_table_sql(const schema::Table& table) const;
     /// The TargetFacts of each of `tables`, in their order, read in one round trip (a
     /// publication of a thousand tables was three thousand, twice per run).
     io::Task<std::vector<TargetFacts>> target_facts(std::vector<schema::Table> tables);
@@ -252,18 +258,6 @@ private:
     io::Task<void> ensure_table(const schema::Table& table, Retype retype, TargetFacts facts);
     /// ensure_table after reading the table's facts alone.
     io::Task<void> ensure_table(const schema::Table& table, Retype retype);
-    /// Readies the targets of `tables`, emptied for a copy, for loading (their ALTERs in one
-    /// round trip): drops the primary key of each one not estimated small (kKeepKeyRows; the
-    /// index is built once the copy is whole, in table_copied, from sorted keys, instead of row
-    /// by row: more than half of a big copy's time on the destination) and turns its autovacuum
-    /// off until then (a vacuum of a table being loaded is wasted work, and one still running
-    /// when the copy ends holds up ADD PRIMARY KEY until PostgreSQL cancels it, a second
-    /// later). Soft deletes: every key is dropped; the target is not emptied; first
-    /// its live rows are marked deleted, versions kept (destination.hpp's Deletes::Soft), and the
-    /// copy's rows come in beside them (table_copied removes those the copy found again before it
-    /// adds the key). A table without its key (a copy of it cut short) instead loses its live rows,
-    /// that copy's.
-    io::Task<void> prepare_for_copies(std::vector<schema::Table> tables);
     /// Removes the tombstones of `tables` (their copy starts afresh).
     io::Task<void> remove_tombstones(std::vector<schema::Table> tables);
     /// What prepare_for_copies and table_copied change about a copy's target table.
@@ -281,6 +275,22 @@ private:
     /// The CopyTarget of each of `targets` (quoted names), in their order; throws
     /// DestinationError (Schema) naming one that is missing.
     io::Task<std::vector<CopyTarget>> copy_targets(std::vector<std::string> targets);
+    /// copy_targets of the targets of `tables`.
+    io::Task<std::vector<CopyTarget>> copy_targets_of(std::vector<schema::Table> tables);
+    /// Readies the targets of `tables`, emptied for a copy, for loading (their ALTERs in one
+    /// round trip): drops the primary key of each one not estimated small (kKeepKeyRows; the
+    /// index is built once the copy is whole, in table_copied, from sorted keys, instead of row
+    /// by row: more than half of a big copy's time on the destination) and turns its autovacuum
+    /// off until then (a vacuum of a table being loaded is wasted work, and one still running
+    /// when the copy ends holds up ADD PRIMARY KEY until PostgreSQL cancels it, a second
+    /// later). Soft deletes: every key is dropped; the target is not emptied; first
+    /// its live rows are marked deleted, versions kept (destination.hpp's Deletes::Soft), and the
+    /// copy's rows come in beside them (table_copied removes those the copy found again before it
+    /// adds the key). A table without its key (a copy of it cut short) instead loses its live rows,
+    /// that copy's.
+    /// `found`: their copy_targets_of, read in the same transaction.
+    io::Task<void> prepare_for_copies(std::vector<schema::Table> tables,
+                                      std::vector<CopyTarget> found);
     /// `upserts_deleted`: soft deletes' upserts whose rows are written marked deleted.
     io::Task<void> merge(const std::vector<const Change*>& upserts,
                          const std::vector<const Change*>& deletes,
