@@ -49,8 +49,10 @@ io::Task<std::optional<SlotInfo>> read_slot_info(io::PgConnection& conn, std::st
         std::string("SELECT slot_type, coalesce(plugin, ''), coalesce(database, ''), temporary, "
                     "active, active_pid, restart_lsn::text, confirmed_flush_lsn::text, "
                     "coalesce(wal_status, ''), ") +
-            invalidation + ", pg_wal_lsn_diff(" + kCurrentLsn +
-            ", restart_lsn)::bigint FROM pg_replication_slots WHERE slot_name = $1",
+            invalidation +
+            ", pg_wal_lsn_diff(pos.lsn, restart_lsn)::bigint, pos.lsn::text "
+            "FROM pg_replication_slots, (SELECT " +
+            kCurrentLsn + " AS lsn) pos WHERE slot_name = $1",
         std::move(params));
     if (r.rows() == 0) {
         co_return std::nullopt;
@@ -72,6 +74,7 @@ io::Task<std::optional<SlotInfo>> read_slot_info(io::PgConnection& conn, std::st
     if (!r.is_null(0, 10)) {
         s.retained_bytes = std::stoll(std::string(r.get(0, 10)));
     }
+    s.current_lsn = optional_lsn(r, 0, 11);
     co_return s;
 }
 

@@ -27,6 +27,9 @@ struct SlotInfo {
     std::string invalidation_reason; ///< PostgreSQL 17+ (16: "conflicting"); "" when valid
     /// The source's WAL position minus restart_lsn: the WAL this slot keeps from recycling.
     std::optional<std::int64_t> retained_bytes;
+    /// The source's WAL position that retained_bytes was measured against (read in the same
+    /// statement, so the two agree while the server writes WAL).
+    std::optional<schema::Lsn> current_lsn;
 };
 
 /// Whether the destination's checkpoint proves that this destination created `slot` (the caller

@@ -69,8 +69,14 @@ io::Task<StatusReport> run_status(Config config) {
             "SELECT (SELECT system_identifier::text FROM pg_control_system()), current_database()");
         report.source_system = std::string(id.get(0, 0));
         report.source_database = std::string(id.get(0, 1));
-        report.source_lsn = co_await replicate::current_wal_lsn(conn);
         report.slot_info = co_await replicate::read_slot_info(conn, config.source.slot);
+        // The position the slot's retained WAL was measured against, so that lag and retention
+        // describe one moment of a server that keeps writing WAL.
+        if (report.slot_info && report.slot_info->current_lsn) {
+            report.source_lsn = *report.slot_info->current_lsn;
+        } else {
+            report.source_lsn = co_await replicate::current_wal_lsn(conn);
+        }
         const auto& cp = report.destination.checkpoint;
         if (cp && cp->lsn.valid()) {
             const auto src = report.source_lsn->value();
