@@ -44,7 +44,8 @@ constexpr const char* kCatalogEstimateSql =
     "ELSE greatest(c.reltuples, pg_stat_get_live_tuples(c.oid))::bigint END";
 
 // The relations the publications publish as themselves: oid, schema, name, estimated rows
-// (kCatalogEstimateSql), membership. A partition is left out when one of its ancestors is listed
+// (kCatalogEstimateSql, or NULL without `estimates`: the publication poll has no use for them),
+// membership. A partition is left out when one of its ancestors is listed
 // by a publication that publishes via the partition root: pgoutput then publishes its changes as
 // the topmost such ancestor, whichever other publication lists the partition itself (as
 // PostgreSQL 16's pg_get_publication_tables does for several publications; 15 lists both). The
@@ -53,7 +54,7 @@ constexpr const char* kCatalogEstimateSql =
 // TABLES publication; the ancestors function lists nothing for a table that is no partition):
 // every ADD TABLE or ADD TABLES IN SCHEMA writes a row with a new OID. $1: the publications, a
 // text array.
-std::string published_relations_sql(int server_version) {
+std::string published_relations_sql(int server_version, bool estimates) {
     std::string schemas;
     if (server_version >= 150000) { // pg_publication_namespace is new in 15
         schemas = "  UNION SELECT pn.oid FROM pg_publication_namespace pn "
@@ -62,7 +63,8 @@ std::string published_relations_sql(int server_version) {
                   "  OR pn.pnnspid IN (SELECT ac.relnamespace FROM pg_partition_ancestors(c.oid) a "
                   "    JOIN pg_class ac ON ac.oid = a.relid)) ";
     }
-    return "SELECT DISTINCT c.oid, n.nspname, c.relname, " + std::string(kCatalogEstimateSql) +
+    return "SELECT DISTINCT c.oid, n.nspname, c.relname, " +
+           std::string(estimates ? kCatalogEstimateSql : "NULL::bigint") +
            ", "
            "array_to_string(ARRAY(SELECT m FROM ("
            "  SELECT pr.oid AS m FROM pg_publication_rel pr "
@@ -287,8 +289,9 @@ bool share_a_membership(const std::string& a, const std::string& b) {
 
 io::Task<std::map<std::string, SourceCatalog::PublishedName>>
 SourceCatalog::published_names(io::PgConnection& conn, std::vector<std::string> publications) {
-    io::PgResult rels = co_await conn.exec_params(published_relations_sql(conn.server_version()),
-                                                  params(schema::text_array_literal(publications)));
+    io::PgResult rels =
+        co_await conn.exec_params(published_relations_sql(conn.server_version(), false),
+                                  params(schema::text_array_literal(publications)));
     std::vector<std::uint32_t> oids;
     for (int r = 0; r < rels.rows(); ++r) {
         oids.push_back(std::uint32_t(std::stoul(std::string(rels.get(r, 0)))));
@@ -322,8 +325,9 @@ SourceCatalog::published_tables(io::PgConnection& conn, std::vector<std::string>
                                 "... FOR TABLE ...) or fix source.publications");
     }
 
-    io::PgResult rels = co_await conn.exec_params(published_relations_sql(conn.server_version()),
-                                                  params(schema::text_array_literal(publications)));
+    io::PgResult rels =
+        co_await conn.exec_params(published_relations_sql(conn.server_version(), true),
+                                  params(schema::text_array_literal(publications)));
 
     // One query per kind of fact for all tables at once, not per table: a publication of a
     // thousand tables would otherwise cost thousands of round trips, and every query that reads

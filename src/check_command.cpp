@@ -136,39 +136,51 @@ io::Task<std::vector<IdentityRow>> read_identities(io::PgConnection& conn,
         "GROUP BY n.nspname, c.relname, c.relreplident, c.oid ORDER BY 1, 2",
         std::move(params));
     std::vector<IdentityRow> out;
+    std::map<std::string, std::size_t> by_oid;
+    std::string oids;
     for (int i = 0; i < r.rows(); ++i) {
         IdentityRow row;
         row.schema_name = std::string(r.get(i, 0));
         row.table = std::string(r.get(i, 1));
         row.ident = r.get(i, 2).empty() ? 'd' : r.get(i, 2)[0];
-        const std::string oid(r.get(i, 3));
         row.has_primary_key = r.get(i, 4) == "t";
         row.index_name = std::string(r.get(i, 5));
         row.publishes_delete = r.get(i, 6) == "t";
         row.publishes_update = r.get(i, 7) == "t";
-        if (row.ident == 'd' || row.ident == 'i') {
-            std::vector<std::optional<std::string>> cols_params{
-                oid, std::string(row.ident == 'd' ? "t" : "f")};
-            io::PgResult cols = co_await conn.exec_params(
-                "SELECT a.attname FROM pg_index i "
-                "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, ord) "
-                "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
-                "WHERE i.indrelid = $1::oid "
-                "AND CASE WHEN $2::bool THEN i.indisprimary ELSE i.indisreplident END "
-                "ORDER BY k.ord",
-                std::move(cols_params));
-            for (int c = 0; c < cols.rows(); ++c) {
-                row.identity_cols.emplace_back(cols.get(c, 0));
-            }
-        }
+        by_oid.emplace(std::string(r.get(i, 3)), out.size());
+        oids += (oids.empty() ? "" : ",") + std::string(r.get(i, 3));
         out.push_back(std::move(row));
+    }
+    // The identity's columns of every table in one query (a round trip per table would make
+    // `check` of a thousand tables slow): the primary key's with REPLICA IDENTITY DEFAULT, the
+    // index's with USING INDEX, in the index's order.
+    std::vector<std::optional<std::string>> cols_params{"{" + oids + "}"};
+    io::PgResult cols = co_await conn.exec_params(
+        "SELECT i.indrelid::text, a.attname FROM pg_index i "
+        "JOIN pg_class c ON c.oid = i.indrelid "
+        "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY k(attnum, ord) "
+        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+        "WHERE i.indrelid = ANY($1::oid[]) AND CASE c.relreplident "
+        "  WHEN 'd' THEN i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END "
+        "ORDER BY i.indrelid, k.ord",
+        std::move(cols_params));
+    for (int c = 0; c < cols.rows(); ++c) {
+        out[by_oid.at(std::string(cols.get(c, 0)))].identity_cols.emplace_back(cols.get(c, 1));
     }
     co_return out;
 }
 
+// One table's replica identity verdict, and what it says without naming the table's own
+// columns or index (`shared`; empty when only the table's own line can say it): with many
+// tables, one line stands for all whose verdicts share it.
+struct IdentityVerdict {
+    CheckVerdict verdict;
+    std::string shared;
+};
+
 // The verdict on one table's replica identity, given the key pgtide uses for it (empty when
 // the keys check failed).
-CheckVerdict identity_verdict(const IdentityRow& t, const std::vector<std::string>& pgtide_key) {
+IdentityVerdict identity_verdict(const IdentityRow& t, const std::vector<std::string>& pgtide_key) {
     const std::string name = t.schema_name + "." + t.table;
     const std::string check = "replica identity " + name;
     const std::string alter = "ALTER TABLE " + qualified_sql(t.schema_name, t.table);
@@ -176,30 +188,36 @@ CheckVerdict identity_verdict(const IdentityRow& t, const std::vector<std::strin
                              (t.ident == 'i' && t.index_name.empty());
     if (no_identity) {
         if (t.publishes_delete || t.publishes_update) {
-            return fail(check,
-                        std::string("REPLICA IDENTITY ") +
-                            (t.ident == 'n' ? "NOTHING" : "DEFAULT without a primary key") +
-                            ": PostgreSQL refuses UPDATE and DELETE on this table while a "
-                            "publication publishes them",
-                        alter + " REPLICA IDENTITY FULL (or USING INDEX a unique index on NOT "
-                                "NULL columns)");
+            return {fail(check,
+                         std::string("REPLICA IDENTITY ") +
+                             (t.ident == 'n' ? "NOTHING" : "DEFAULT without a primary key") +
+                             ": PostgreSQL refuses UPDATE and DELETE on this table while a "
+                             "publication publishes them",
+                         alter + " REPLICA IDENTITY FULL (or USING INDEX a unique index on NOT "
+                                 "NULL columns)"),
+                    {}};
         }
-        return ok(check, "no replica identity, but no publication publishes its updates or "
-                         "deletes");
+        const std::string what =
+            "no replica identity, but no publication publishes its updates or deletes";
+        return {ok(check, what), what};
     }
     std::string what;
+    std::string shared;
     switch (t.ident) {
     case 'f':
         what = "REPLICA IDENTITY FULL: deletes and key changes carry the whole old row (more WAL "
                "per update and delete)";
+        shared = what;
         break;
     case 'i':
         what = "REPLICA IDENTITY USING INDEX " + t.index_name +
                ": deletes and key changes carry (" + join(t.identity_cols) + ")";
+        shared = "REPLICA IDENTITY USING INDEX: deletes and key changes carry the index's columns";
         break;
     default:
         what = "REPLICA IDENTITY DEFAULT: deletes and key changes carry the primary key (" +
                join(t.identity_cols) + ")";
+        shared = "REPLICA IDENTITY DEFAULT: deletes and key changes carry the primary key";
         break;
     }
     if (t.ident != 'f' && !pgtide_key.empty()) {
@@ -211,22 +229,87 @@ CheckVerdict identity_verdict(const IdentityRow& t, const std::vector<std::strin
             }
         }
         if (!missing.empty()) {
-            return fail(check,
-                        what + ", but pgtide keys the table on (" + join(pgtide_key) +
-                            "): deletes and key changes would arrive without " + join(missing) +
-                            " and could not be applied",
-                        alter + " REPLICA IDENTITY FULL, or set key = [" + join(t.identity_cols) +
-                            "] in its [[tables]] entry");
+            return {fail(check,
+                         what + ", but pgtide keys the table on (" + join(pgtide_key) +
+                             "): deletes and key changes would arrive without " + join(missing) +
+                             " and could not be applied",
+                         alter + " REPLICA IDENTITY FULL, or set key = [" + join(t.identity_cols) +
+                             "] in its [[tables]] entry"),
+                    {}};
         }
     }
     if (!t.publishes_delete) {
-        return warn(check,
-                    what + "; no publication publishes its deletes, so rows deleted on the "
-                           "source stay in the destination",
-                    "ALTER PUBLICATION ... SET (publish = 'insert, update, delete, truncate') if "
-                    "deletes should replicate");
+        const std::string no_deletes = "; no publication publishes its deletes, so rows deleted "
+                                       "on the source stay in the destination";
+        return {warn(check, what + no_deletes,
+                     "ALTER PUBLICATION ... SET (publish = 'insert, update, delete, truncate') if "
+                     "deletes should replicate"),
+                shared + no_deletes};
     }
-    return ok(check, what);
+    return {ok(check, what), shared};
+}
+
+// With more published tables than this, `check` lists this many of them where it names tables
+// in one line, and sums up tables whose verdicts say the same in one line.
+constexpr std::size_t kListedTables = 10;
+
+// "a, b, c" or, for a long list, its first kListedTables items "… and N more".
+std::string join_some(const std::vector<std::string>& items) {
+    if (items.size() <= kListedTables) {
+        return join(items);
+    }
+    const std::vector<std::string> first(items.begin(),
+                                         items.begin() + std::ptrdiff_t(kListedTables));
+    return join(first) + " and " + std::to_string(items.size() - kListedTables) + " more";
+}
+
+// The identity verdicts as lines: one per table for up to kListedTables tables, else one per
+// shared text (naming its tables) and one per table whose verdict only it can say.
+std::vector<CheckVerdict> identity_lines(std::vector<IdentityVerdict> verdicts) {
+    std::vector<CheckVerdict> out;
+    if (verdicts.size() <= kListedTables) {
+        for (auto& v : verdicts) {
+            out.push_back(std::move(v.verdict));
+        }
+        return out;
+    }
+    struct Group {
+        CheckVerdict verdict; ///< the shared line
+        CheckVerdict first;   ///< its first table's own line, shown when the group has one table
+        std::vector<std::string> tables;
+    };
+    std::vector<Group> groups; // in the order of their first table
+    const std::string prefix = "replica identity ";
+    for (auto& v : verdicts) {
+        if (v.shared.empty()) {
+            out.push_back(std::move(v.verdict));
+            continue;
+        }
+        auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) {
+            return x.verdict.status == v.verdict.status && x.verdict.message == v.shared;
+        });
+        if (g == groups.end()) {
+            CheckVerdict shared = v.verdict;
+            shared.message = v.shared;
+            groups.push_back(Group{std::move(shared), v.verdict, {}});
+            g = groups.end() - 1;
+        }
+        g->tables.push_back(v.verdict.check.substr(prefix.size()));
+    }
+    std::vector<CheckVerdict> lines;
+    for (auto& g : groups) {
+        if (g.tables.size() == 1) {
+            lines.push_back(std::move(g.first));
+            continue;
+        }
+        g.verdict.check = "replica identity";
+        g.verdict.message = std::to_string(g.tables.size()) + " tables (" + join_some(g.tables) +
+                            "): " + g.verdict.message;
+        lines.push_back(std::move(g.verdict));
+    }
+    lines.insert(lines.end(), std::make_move_iterator(out.begin()),
+                 std::make_move_iterator(out.end()));
+    return lines;
 }
 
 io::Task<void> check_source(Config config, std::optional<replicate::Checkpoint> checkpoint,
@@ -410,17 +493,25 @@ io::Task<void> check_source(Config config, std::optional<replicate::Checkpoint> 
             described.push_back(t.table.qualified() + " (" + join(names) + ")");
             keys[t.table.qualified()] = std::move(names);
         }
-        out->push_back(ok("keys", "every published table has a usable key: " + join(described)));
+        out->push_back(ok("keys", (described.size() > kListedTables
+                                       ? "every one of the " + std::to_string(described.size()) +
+                                             " published tables has a usable key: "
+                                       : std::string("every published table has a usable key: ")) +
+                                      join_some(described)));
     } catch (const replicate::DefiniteError& e) {
         out->push_back(fail("keys", e.what(), {}, e.code()));
     }
 
     std::vector<IdentityRow> identities =
         co_await read_identities(conn, config.source.publications);
+    std::vector<IdentityVerdict> verdicts;
     for (const auto& t : identities) {
         const auto it = keys.find(t.schema_name + "." + t.table);
-        out->push_back(
+        verdicts.push_back(
             identity_verdict(t, it == keys.end() ? std::vector<std::string>{} : it->second));
+    }
+    for (auto& line : identity_lines(std::move(verdicts))) {
+        out->push_back(std::move(line));
     }
 
     // The destination's identity and the slot.

@@ -336,6 +336,62 @@ TEST_F(Commands, CheckPassesOnAGoodSetup) {
     EXPECT_TRUE(saw_slot) << again.out;
 }
 
+TEST_F(Commands, CheckSumsUpManyTablesInAFewLines) {
+    // 13 tables keyed by their primary key, one with REPLICA IDENTITY FULL, one keyed by its
+    // replica identity index: more than check lists one by one.
+    for (int i = 1; i <= 13; ++i) {
+        char name[8];
+        std::snprintf(name, sizeof name, "t%02d", i);
+        exec(std::string("CREATE TABLE ") + name + " (id int PRIMARY KEY, v text)");
+    }
+    exec("CREATE TABLE b (id int PRIMARY KEY, v text)");
+    exec("ALTER TABLE b REPLICA IDENTITY FULL");
+    exec("CREATE TABLE u (k int NOT NULL, v text)");
+    exec("CREATE UNIQUE INDEX u_k ON u (k)");
+    exec("ALTER TABLE u REPLICA IDENTITY USING INDEX u_k");
+    exec("CREATE PUBLICATION pub FOR ALL TABLES");
+    const Result r = pgtide(args("check"));
+    ASSERT_EQ(r.code, 0) << describe(this, r.out, r.err);
+    EXPECT_NE(r.out.find("\nok   keys: every one of the 15 published tables has a usable key: "
+                         "public.b (id), public.t01 (id), public.t02 (id), public.t03 (id), "
+                         "public.t04 (id), public.t05 (id), public.t06 (id), public.t07 (id), "
+                         "public.t08 (id), public.t09 (id) and 5 more\n"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("\nok   replica identity: 13 tables (public.t01, public.t02, public.t03, "
+                         "public.t04, public.t05, public.t06, public.t07, public.t08, public.t09, "
+                         "public.t10 and 3 more): REPLICA IDENTITY DEFAULT: deletes and key "
+                         "changes carry the primary key\n"),
+              std::string::npos)
+        << r.out;
+    // A verdict no other table shares keeps its own line, with its own details.
+    EXPECT_NE(r.out.find("\nok   replica identity public.b: REPLICA IDENTITY FULL: deletes and "
+                         "key changes carry the whole old row (more WAL per update and "
+                         "delete)\n"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("\nok   replica identity public.u: REPLICA IDENTITY USING INDEX u_k: "
+                         "deletes and key changes carry (k)\n"),
+              std::string::npos)
+        << r.out;
+    EXPECT_EQ(r.out.find("replica identity public.t"), std::string::npos) << r.out;
+
+    // A failing table always has its own line; the others are still summed up.
+    exec("CREATE TABLE nokey (v text)");
+    const Result bad = pgtide(args("check"));
+    EXPECT_EQ(bad.code, 3) << describe(this, bad.out, bad.err);
+    EXPECT_NE(bad.out.find("\nFAIL replica identity public.nokey: REPLICA IDENTITY DEFAULT "
+                           "without a primary key: PostgreSQL refuses UPDATE and DELETE on this "
+                           "table while a publication publishes them; fix: ALTER TABLE "
+                           "\"public\".\"nokey\" REPLICA IDENTITY FULL (or USING INDEX a unique "
+                           "index on NOT NULL columns)\n"),
+              std::string::npos)
+        << bad.out;
+    EXPECT_NE(bad.out.find("\nok   replica identity: 13 tables (public.t01, "), std::string::npos)
+        << bad.out;
+    EXPECT_EQ(bad.out.find("replica identity public.t"), std::string::npos) << bad.out;
+}
+
 TEST_F(Commands, CheckFailsWithExit3ForAKeylessTable) {
     exec("CREATE TABLE good (id int PRIMARY KEY)");
     exec("CREATE TABLE nokey (v text)");
