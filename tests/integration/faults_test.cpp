@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -344,6 +345,60 @@ TEST_F(Faults, DiskFullDuringTheSnapshotStopsAndTheNextRunCopiesEverything) {
     change_t(1);
     run_once();
     expect_t_equal();
+}
+
+// (1c) The snapshot readers stop once the destination has failed: the file system fills up
+// while the first of nine tables is copied (one reader), and the eight after it are never
+// read, as the source's statistics of their scans show. Fails if the readers go on copying
+// the remaining tables into the closed channel (on a large source, hours of reading for
+// nothing before pgtide exits).
+//
+// Broken on purpose once, then reverted: SnapshotCopier::copy_range
+// (replicate/snapshot_copier.cpp) with its batches' `out.send` results ignored: "public.u1
+// was read after the destination failed" for all eight tables.
+TEST_F(Faults, DiskFullDuringTheSnapshotStopsTheReadersAtOnce) {
+    exec("CREATE TABLE t (id int PRIMARY KEY, v bigint, note text)");
+    exec("INSERT INTO t SELECT g, g, repeat('x', 300) FROM generate_series(1, 60000) g");
+    std::string tables = "t";
+    for (int i = 1; i <= 8; ++i) {
+        const std::string u = "u" + std::to_string(i);
+        exec("CREATE TABLE " + u + " (id int PRIMARY KEY, v text)");
+        exec("INSERT INTO " + u + " SELECT g, 'v' || g FROM generate_series(1, 100) g");
+        tables += ", " + u;
+    }
+    exec("CREATE PUBLICATION pub FOR TABLE " + tables);
+    // Scans of a table so far, as the source's statistics show them (building the key's index
+    // scanned each table once).
+    const auto scans_of = [this](const std::string& table) {
+        return query_value("SELECT seq_scan || '/' || coalesce(idx_scan, 0) FROM "
+                           "pg_stat_user_tables WHERE relid = '" +
+                           table + "'::regclass");
+    };
+    std::map<std::string, std::string> before;
+    ASSERT_TRUE(wait_for([&] { return scans_of("u8") != "0/0"; })); // that scan's count
+    for (const std::string table : {"t", "u1", "u2", "u3", "u4", "u5", "u6", "u7", "u8"}) {
+        before[table] = scans_of(table);
+    }
+    const std::string config = (fs::path(dir_) / "one_reader.toml").string();
+    std::ofstream(config) << "[snapshot]\nparallel_tables = 1\n";
+    auto args = run_args(true);
+    args.insert(args.end(), {"-c", config});
+    PgtideProcess pgtide(args, full_disk_env(2 << 20));
+    const int code = wait_exit(pgtide, 60s, "the file system filled up during the snapshot");
+    const std::string err = pgtide.stderr_text();
+    EXPECT_EQ(code, 1) << err;
+    EXPECT_TRUE(contains(err, "database or disk is full")) << err;
+
+    // A backend's scan counts reach the statistics at its exit at the latest: wait until t's
+    // read shows, then no later table may have been read at all.
+    ASSERT_TRUE(wait_for([&] { return scans_of("t") != before.at("t"); }))
+        << "the source's statistics never showed t read";
+    for (int i = 1; i <= 8; ++i) {
+        const std::string u = "u" + std::to_string(i);
+        EXPECT_EQ(scans_of(u), before.at(u))
+            << "public." << u << " was read after the destination failed\n"
+            << err;
+    }
 }
 
 // (2) Read-only destination: while pgtide runs, a chmod changes nothing (SQLite writes through
