@@ -820,6 +820,7 @@ io::Task<void> PostgresDestination::close() {
     }
     idle_lanes_.clear();
     laneless_.clear();
+    kept_.clear();
     conn_.close();
 }
 
@@ -1326,9 +1327,15 @@ io::Task<void> PostgresDestination::prepare_for_copies(std::vector<schema::Table
                          "marking the rows of " + target + " deleted before its copy");
         }
         const schema::Table& t = tables[i];
+        kept_.erase(t.target);
         if (deletes_ == Deletes::Hard && t.estimated_rows >= 0 &&
             t.estimated_rows <= kKeepKeyRows) {
-            continue; // loaded faster through its key, and autovacuum does not weigh on it
+            // Loaded faster through its key, and autovacuum does not weigh on it. A key that a
+            // copy cut short dropped (or autovacuum it paused) is table_copied's to restore.
+            if (found[i].key && !found[i].paused) {
+                kept_.insert(t.target);
+            }
+            continue;
         }
         const std::string sql = alter_table_sql(
             target,
@@ -1352,6 +1359,9 @@ io::Task<void> PostgresDestination::prepare_for_copies(std::vector<schema::Table
 io::Task<void> PostgresDestination::table_copied(std::shared_ptr<const schema::Table> table) {
     const std::string target = target_sql(*table);
     co_await begin();
+    if (kept_.erase(table->target) > 0) {
+        co_return; // its key and autovacuum are as they were (prepare_for_copies)
+    }
     std::vector<std::string> one{target};
     const CopyTarget found = (co_await copy_targets(std::move(one))).at(0);
     std::string add_key;
@@ -1510,7 +1520,7 @@ io::Task<void> PostgresDestination::copy_rows(std::shared_ptr<const schema::Tabl
     }
     CopyLane* lane = nullptr;
     std::string buffer;
-    if (apart) {
+    if (apart && !kept_.contains(table->target)) {
         lane = co_await lane_of(*table);
     }
     if (lane == nullptr) {
@@ -1593,7 +1603,7 @@ io::Task<void> PostgresDestination::copy_tuples(std::shared_ptr<const schema::Ta
     }
     CopyLane* lane = nullptr;
     std::string header;
-    if (apart) {
+    if (apart && !kept_.contains(table->target)) {
         lane = co_await lane_of(*table);
     }
     if (lane == nullptr) {
