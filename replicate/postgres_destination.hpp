@@ -353,10 +353,11 @@ private:
     /// Tables copied through the main connection because a connection of their own was refused.
     std::set<std::string> laneless_;
     /// Small tables whose copy keeps their primary key and autovacuum as they are, by
-    /// Table::target (prepare_for_copies): their rows go through the main connection and its
-    /// transaction, in which many such tables commit at once (a lane commits each table on its
-    /// own: a commit and its WAL flush per table), and table_copied has nothing to do for them.
-    std::set<std::string> kept_;
+    /// Table::target (prepare_for_copies, kMainConnectionRows): their rows go through the main
+    /// connection and its transaction, in which many such tables commit at once (a lane commits
+    /// each table on its own: a commit and its WAL flush per table), and table_copied has
+    /// nothing to do for them.
+    std::set<std::string> main_copies_;
     /// The checkpoint as last committed: the owner a lane checks before it commits.
     std::optional<Checkpoint> committed_;
 };

@@ -332,10 +332,12 @@ TEST_F(PostgresDestination, SmallTablesKeepTheirKeyThroughTheCopy) {
     PGTIDE_REQUIRE_PG();
     exec("CREATE TABLE small (id int PRIMARY KEY, v text);"
          "INSERT INTO small SELECT g, 'small ' || g FROM generate_series(1, 100) g;"
+         "CREATE TABLE small2 (id int PRIMARY KEY, v text);"
+         "INSERT INTO small2 SELECT g, 'small2 ' || g FROM generate_series(1, 100) g;"
          "CREATE TABLE big (id bigint PRIMARY KEY, v text NOT NULL);"
          "INSERT INTO big SELECT g, 'big ' || g FROM generate_series(1, 50000) g;"
-         "ANALYZE small, big;"
-         "CREATE PUBLICATION pub FOR TABLE small, big");
+         "ANALYZE small, small2, big;"
+         "CREATE PUBLICATION pub FOR TABLE small, small2, big");
     const std::string config = write_config("");
     std::vector<std::string> once{"run", "-c", config, "--once"};
     std::string out;
@@ -352,7 +354,22 @@ TEST_F(PostgresDestination, SmallTablesKeepTheirKeyThroughTheCopy) {
               (Rows{row("big", true, ""), row("small", true, ""), row("small_pkey", true, "")}))
         << "small's key is not the one made with the table, or a table was emptied";
     expect_same("SELECT id, v FROM small ORDER BY id");
+    expect_same("SELECT id, v FROM small2 ORDER BY id");
     expect_same("SELECT id, v FROM big ORDER BY id");
+    // The small tables went through the main connection, in one transaction with each other
+    // (kMainConnectionRows); big through a connection of its own, in a transaction of its own.
+    // With kMainConnectionRows = 0: "the small tables' rows committed apart: 741,742".
+    const std::string xmins_sql =
+        "SELECT (SELECT string_agg(DISTINCT xmin::text, ',') FROM (SELECT xmin FROM small "
+        "UNION ALL SELECT xmin FROM small2) s), (SELECT string_agg(DISTINCT xmin::text, ',') "
+        "FROM big)";
+    const Rows xmins = dest_query(xmins_sql);
+    ASSERT_EQ(xmins.size(), 1u);
+    ASSERT_TRUE(xmins[0][0] && xmins[0][1]);
+    EXPECT_EQ(xmins[0][0]->find(','), std::string::npos)
+        << "the small tables' rows committed apart: " << *xmins[0][0];
+    EXPECT_EQ(xmins[0][1]->find(','), std::string::npos) << *xmins[0][1];
+    EXPECT_NE(*xmins[0][0], *xmins[0][1]) << "big was copied in the main transaction";
 
     const std::string keys_sql = "SELECT conrelid::regclass::text, oid FROM pg_constraint WHERE "
                                  "contype = 'p' AND conrelid IN ('small'::regclass, "
@@ -370,6 +387,7 @@ TEST_F(PostgresDestination, SmallTablesKeepTheirKeyThroughTheCopy) {
               (Rows{row("big", false, ""), row("small", false, ""), row("small_pkey", false, "")}))
         << "both tables held rows: both were emptied for the new epoch";
     expect_same("SELECT id, v FROM small ORDER BY id");
+    expect_same("SELECT id, v FROM small2 ORDER BY id");
     expect_same("SELECT id, v FROM big ORDER BY id");
 }
 
