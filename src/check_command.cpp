@@ -266,12 +266,12 @@ std::string join_some(const std::vector<std::string>& items) {
 // The identity verdicts as lines: one per table for up to kListedTables tables, else one per
 // shared text (naming its tables) and one per table whose verdict only it can say.
 std::vector<CheckVerdict> identity_lines(std::vector<IdentityVerdict> verdicts) {
-    std::vector<CheckVerdict> out;
+    std::vector<CheckVerdict> own; // tables' own lines
     if (verdicts.size() <= kListedTables) {
         for (auto& v : verdicts) {
-            out.push_back(std::move(v.verdict));
+            own.push_back(std::move(v.verdict));
         }
-        return out;
+        return own;
     }
     struct Group {
         CheckVerdict verdict; ///< the shared line
@@ -282,7 +282,7 @@ std::vector<CheckVerdict> identity_lines(std::vector<IdentityVerdict> verdicts) 
     const std::string prefix = "replica identity ";
     for (auto& v : verdicts) {
         if (v.shared.empty()) {
-            out.push_back(std::move(v.verdict));
+            own.push_back(std::move(v.verdict));
             continue;
         }
         auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) {
@@ -307,8 +307,8 @@ std::vector<CheckVerdict> identity_lines(std::vector<IdentityVerdict> verdicts) 
                             "): " + g.verdict.message;
         lines.push_back(std::move(g.verdict));
     }
-    lines.insert(lines.end(), std::make_move_iterator(out.begin()),
-                 std::make_move_iterator(out.end()));
+    lines.insert(lines.end(), std::make_move_iterator(own.begin()),
+                 std::make_move_iterator(own.end()));
     return lines;
 }
 
