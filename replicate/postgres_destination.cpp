@@ -185,23 +185,6 @@ std::optional<std::string> param_of(const schema::Value& value) {
     throw InternalError("a PostgreSQL destination was handed a value that is not source text");
 }
 
-struct TargetName {
-    std::string schema;
-    std::string name;
-};
-
-TargetName target_name(const schema::Table& t) {
-    if (t.target == t.schema + "." + t.name ||
-        t.target == schema::default_target_name(t.schema, t.name)) {
-        return {t.schema, t.name};
-    }
-    const auto dot = t.target.find('.');
-    if (dot == std::string::npos) {
-        return {t.schema, t.target};
-    }
-    return {t.target.substr(0, dot), t.target.substr(dot + 1)};
-}
-
 std::string join_quoted(const std::vector<std::string>& names) {
     std::string out;
     for (const auto& n : names) {
@@ -497,6 +480,18 @@ bool is_move(const Change& c) {
 }
 
 } // namespace
+
+PostgresDestination::TargetName PostgresDestination::target_name(const schema::Table& t) {
+    if (t.target == t.schema + "." + t.name ||
+        t.target == schema::default_target_name(t.schema, t.name)) {
+        return {t.schema, t.name};
+    }
+    const auto dot = t.target.find('.');
+    if (dot == std::string::npos) {
+        return {t.schema, t.target};
+    }
+    return {t.target.substr(0, dot), t.target.substr(dot + 1)};
+}
 
 std::string PostgresDestination::target_sql(const schema::Table& table) {
     const TargetName n = target_name(table);

@@ -124,6 +124,14 @@ public:
     /// has no MERGE). For tests of that path; before the first stream batch.
     void use_on_conflict_upserts();
 
+    /// The destination table of `table`: the source's schema and name, or the target the
+    /// configuration gives it (`name`, or `schema.name`).
+    struct TargetName {
+        std::string schema;
+        std::string name;
+    };
+    static TargetName target_name(const schema::Table& table);
+
     /// The destination table of `table`, quoted: "schema"."name".
     static std::string target_sql(const schema::Table& table);
 

@@ -1,8 +1,10 @@
 // `pgtide check`: is the source ready and the destination writable? One verdict per line.
 //
-// The checks run in the order a first `pgtide run` would meet them: destination, connection,
-// server settings, role, replication connection, publications, privileges, keys, replica
-// identities, then the destination's identity and the slot. A check whose premise failed (no
+// The checks run in the order a first `pgtide run` would meet them: destination (and, into
+// PostgreSQL, whether its sessions can write pgtide's tables), connection, server settings, role,
+// replication connection, publications, privileges, keys, replica identities, then the
+// destination's identity and the slot, and (into PostgreSQL) whether the role can create or
+// change the published tables' destination tables. A check whose premise failed (no
 // connection, a missing publication) is skipped rather than reported as a second failure.
 #include "src/check_command.hpp"
 
@@ -14,6 +16,7 @@
 
 #include "io/pg_connection.hpp"
 #include "io/worker_thread.hpp"
+#include "replicate/postgres_destination.hpp"
 #include "replicate/replication_connection.hpp"
 #include "replicate/session.hpp"
 #include "replicate/slot_info.hpp"
@@ -313,7 +316,7 @@ std::vector<CheckVerdict> identity_lines(std::vector<IdentityVerdict> verdicts) 
 }
 
 io::Task<void> check_source(Config config, std::optional<replicate::Checkpoint> checkpoint,
-                            std::vector<CheckVerdict>* out) {
+                            std::vector<CheckVerdict>* out, std::vector<schema::Table>* published) {
     const std::string shown_dsn = redact_dsn(config.source.dsn);
     io::PgConnection conn;
     try {
@@ -486,6 +489,7 @@ io::Task<void> check_source(Config config, std::optional<replicate::Checkpoint> 
             conn, config.source.publications, table_overrides(config));
         std::vector<std::string> described;
         for (const auto& t : tables) {
+            published->push_back(t.table);
             std::vector<std::string> names;
             for (auto k : t.table.key_columns) {
                 names.push_back(t.table.columns[k].name);
@@ -608,6 +612,203 @@ io::Task<void> check_source(Config config, std::optional<replicate::Checkpoint> 
     }
 }
 
+// pgtide's metadata tables in a PostgreSQL destination, all in schema public.
+const std::vector<std::string> kMetadataTables = {"_pgtide_checkpoint", "_pgtide_tables",
+                                                  "_pgtide_tombstones"};
+
+io::Task<std::optional<io::PgConnection>> connect_destination(const Config& config,
+                                                              std::vector<CheckVerdict>* out) {
+    std::optional<io::PgConnection> conn;
+    try {
+        conn = co_await io::PgConnection::connect(
+            config.destination.url, replicate::sql_connection_params(), std::chrono::seconds(10));
+    } catch (const io::PgError& e) {
+        out->push_back(
+            fail("destination writes",
+                 "cannot connect to the destination " + destination_name(config) + ": " + e.what(),
+                 "check destination.url", ExitCode::Usage));
+    }
+    co_return conn;
+}
+
+// Into PostgreSQL: can this role's sessions write there, and create pgtide's metadata tables
+// (every start runs CREATE TABLE IF NOT EXISTS for them, which needs CREATE on schema public
+// even when they exist) and write them?
+io::Task<void> check_destination_writes(Config config, std::vector<CheckVerdict>* out) {
+    std::optional<io::PgConnection> conn = co_await connect_destination(config, out);
+    if (!conn) {
+        co_return;
+    }
+    const std::string sql =
+        "SELECT pg_catalog.pg_is_in_recovery(), "
+        "pg_catalog.current_setting('transaction_read_only') = 'on', current_user, "
+        "pg_catalog.to_regnamespace('public') IS NOT NULL AND "
+        "pg_catalog.has_schema_privilege('public', 'CREATE'), "
+        "coalesce((SELECT pg_catalog.string_agg('public.' || m.name, ', ' ORDER BY m.ord) "
+        "FROM unnest($1::text[]) WITH ORDINALITY AS m(name, ord) "
+        "WHERE pg_catalog.to_regclass('public.' || m.name) IS NOT NULL AND NOT ("
+        "pg_catalog.has_table_privilege('public.' || m.name, 'SELECT') AND "
+        "pg_catalog.has_table_privilege('public.' || m.name, 'INSERT') AND "
+        "pg_catalog.has_table_privilege('public.' || m.name, 'UPDATE') AND "
+        "pg_catalog.has_table_privilege('public.' || m.name, 'DELETE'))), ''), "
+        "pg_catalog.to_regnamespace('public') IS NOT NULL";
+    std::vector<std::optional<std::string>> params{schema::text_array_literal(kMetadataTables)};
+    io::PgResult r = co_await conn->exec_params(sql, std::move(params));
+    const std::string role(r.get(0, 2));
+    const std::string quoted_role = schema::quote_identifier(role);
+    if (r.get(0, 0) == "t") {
+        out->push_back(fail("destination writes",
+                            "the destination " + destination_name(config) +
+                                " is a standby (in recovery): nothing can be written there",
+                            "point destination.url at the primary", ExitCode::Usage));
+        co_return;
+    }
+    if (r.get(0, 1) == "t") {
+        out->push_back(fail("destination writes",
+                            "the sessions of role " + role + " on the destination " +
+                                destination_name(config) +
+                                " are read-only (default_transaction_read_only = on)",
+                            "ALTER ROLE " + quoted_role +
+                                " SET default_transaction_read_only = off, or the same for the "
+                                "database",
+                            ExitCode::Usage));
+        co_return;
+    }
+    if (r.get(0, 5) != "t") {
+        out->push_back(fail("destination writes",
+                            "the destination " + destination_name(config) +
+                                " has no schema public, where pgtide keeps its tables",
+                            "CREATE SCHEMA public AUTHORIZATION " + quoted_role, ExitCode::Usage));
+        co_return;
+    }
+    if (r.get(0, 3) != "t") {
+        out->push_back(fail("destination writes",
+                            "role " + role +
+                                " cannot create tables in schema public of the destination: "
+                                "pgtide keeps its tables there (" +
+                                join(kMetadataTables) +
+                                ") and creates them at every start where missing, which takes "
+                                "CREATE there even when they exist",
+                            "GRANT CREATE ON SCHEMA public TO " + quoted_role, ExitCode::Usage));
+        co_return;
+    }
+    if (const std::string denied(r.get(0, 4)); !denied.empty()) {
+        out->push_back(
+            fail("destination writes",
+                 "role " + role + " cannot read and write pgtide's tables " + denied +
+                     " in the destination",
+                 "GRANT SELECT, INSERT, UPDATE, DELETE ON " + denied + " TO " + quoted_role,
+                 ExitCode::Usage));
+        co_return;
+    }
+    out->push_back(ok("destination writes", "role " + role +
+                                                " can write the destination and create and "
+                                                "write pgtide's tables in schema public"));
+}
+
+// Into PostgreSQL: can this role create the destination tables that are missing (and their
+// schemas), and change those that exist? pgtide alters them (their key during a copy, columns
+// the source adds) and empties them for a copy, which takes their owner.
+io::Task<void> check_destination_tables(Config config, std::vector<schema::Table> tables,
+                                        std::vector<CheckVerdict>* out) {
+    std::optional<io::PgConnection> conn = co_await connect_destination(config, out);
+    if (!conn) {
+        co_return;
+    }
+    std::vector<std::string> schemas;
+    std::vector<std::string> names;
+    for (const auto& t : tables) {
+        const auto target = replicate::PostgresDestination::target_name(t);
+        schemas.push_back(target.schema);
+        names.push_back(target.name);
+    }
+    // Per target: its schema exists, the role may create there (in the schema, or a schema in
+    // the database), the table exists, and the role owns it (directly or through a role it is a
+    // member of; a superuser owns every table).
+    const std::string sql =
+        "SELECT n.oid IS NOT NULL, CASE WHEN n.oid IS NULL THEN "
+        "pg_catalog.has_database_privilege(pg_catalog.current_database(), 'CREATE') ELSE "
+        "pg_catalog.has_schema_privilege(n.oid, 'CREATE') END, c.oid IS NOT NULL, "
+        "c.oid IS NULL OR pg_catalog.pg_has_role(c.relowner, 'USAGE'), current_user, "
+        "pg_catalog.current_database() "
+        "FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS t(schema_name, name, ord) "
+        "LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = t.schema_name "
+        "LEFT JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = t.name "
+        "ORDER BY t.ord";
+    std::vector<std::optional<std::string>> params{schema::text_array_literal(schemas),
+                                                   schema::text_array_literal(names)};
+    io::PgResult r = co_await conn->exec_params(sql, std::move(params));
+    std::string role;
+    std::string database;
+    std::set<std::string> no_schema;    // schemas to create, without CREATE on the database
+    std::set<std::string> no_create;    // schemas to create tables in, without CREATE there
+    std::vector<std::string> not_owned; // existing tables the role does not own
+    std::size_t existing = 0;
+    for (int i = 0; i < r.rows(); ++i) {
+        role = std::string(r.get(i, 4));
+        database = std::string(r.get(i, 5));
+        const auto at = std::size_t(i);
+        const std::string table = qualified_sql(schemas[at], names[at]);
+        if (r.get(i, 2) == "t") {
+            ++existing;
+            if (r.get(i, 3) != "t") {
+                not_owned.push_back(table);
+            }
+        } else if (r.get(i, 1) != "t") {
+            (r.get(i, 0) == "t" ? no_create : no_schema).insert(schemas[at]);
+        }
+    }
+    const std::string quoted_role = schema::quote_identifier(role);
+    const auto listed = [](const std::set<std::string>& s) {
+        std::vector<std::string> quoted;
+        for (const auto& name : s) {
+            quoted.push_back(schema::quote_identifier(name));
+        }
+        return quoted;
+    };
+    if (!no_schema.empty()) {
+        const std::vector<std::string> quoted = listed(no_schema);
+        out->push_back(fail("destination tables",
+                            "role " + role + " cannot create schema" +
+                                (quoted.size() == 1 ? " " : "s ") + join(quoted) +
+                                " in the destination for the published tables that go there",
+                            "GRANT CREATE ON DATABASE " + schema::quote_identifier(database) +
+                                " TO " + quoted_role + ", or CREATE SCHEMA " + quoted.front() +
+                                " AUTHORIZATION " + quoted_role,
+                            ExitCode::Usage));
+    }
+    if (!no_create.empty()) {
+        const std::vector<std::string> quoted = listed(no_create);
+        out->push_back(fail(
+            "destination tables",
+            "role " + role + " cannot create tables in schema" + (quoted.size() == 1 ? " " : "s ") +
+                join(quoted) + " of the destination, where published tables go",
+            "GRANT CREATE ON SCHEMA " + join(quoted) + " TO " + quoted_role, ExitCode::Usage));
+    }
+    if (!not_owned.empty()) {
+        out->push_back(fail("destination tables",
+                            "role " + role + " does not own the destination table" +
+                                (not_owned.size() == 1 ? " " : "s ") + join_some(not_owned) +
+                                ": pgtide alters the tables it copies into and follows",
+                            "ALTER TABLE " + not_owned.front() + " OWNER TO " + quoted_role +
+                                (not_owned.size() > 1 ? ", and the same for the others" : ""),
+                            ExitCode::Usage));
+    }
+    if (no_schema.empty() && no_create.empty() && not_owned.empty()) {
+        const std::size_t missing = tables.size() - existing;
+        const auto count = [](std::size_t n) {
+            return std::to_string(n) + (n == 1 ? " destination table" : " destination tables");
+        };
+        out->push_back(ok("destination tables",
+                          "role " + role +
+                              (existing == 0  ? " can create the " + count(missing)
+                               : missing == 0 ? " owns the " + count(existing)
+                                              : " can create the " + count(missing) +
+                                                    " that are missing and owns the " +
+                                                    std::to_string(existing) + " that exist")));
+    }
+}
+
 } // namespace
 
 io::Task<CheckReport> run_check(Config config) {
@@ -675,7 +876,14 @@ io::Task<CheckReport> run_check(Config config) {
                                                     "destination, marked _pgtide_deleted = 1"));
         }
     }
-    co_await check_source(config, dest.checkpoint, &report.verdicts);
+    if (config.destination.is_postgresql() && dest.probe.ok) {
+        co_await check_destination_writes(config, &report.verdicts);
+    }
+    std::vector<schema::Table> published;
+    co_await check_source(config, dest.checkpoint, &report.verdicts, &published);
+    if (config.destination.is_postgresql() && dest.probe.ok && !published.empty()) {
+        co_await check_destination_tables(config, std::move(published), &report.verdicts);
+    }
     co_return report;
 }
 

@@ -1094,6 +1094,100 @@ TEST_F(PostgresDestination, CheckStatusAndDropWork) {
     EXPECT_NE(drop_out.find("kept: postgresql://"), std::string::npos) << drop_out;
 }
 
+// `check` into PostgreSQL says what the destination's role cannot do that `run` will need, and
+// the GRANT that gives it: CREATE on schema public (not granted to others by default since
+// PostgreSQL 15), CREATE for the tables that are missing (on the database for a missing schema),
+// ownership of the tables that exist, and sessions that can write. What it passes, `run` does.
+//
+// Broken on purpose twice, then reverted (src/check_command.cpp): without
+// check_destination_writes, nothing named schema public as the place of pgtide's own tables
+// (the GRANT line was missing); with check_destination_tables blind to owners, the table of
+// another owner passed (exit 0).
+TEST_F(PostgresDestination, CheckNamesWhatTheDestinationRoleLacks) {
+    PGTIDE_REQUIRE_PG();
+    exec(kCreateSource);
+    exec(insert_items(1, 300));
+    const std::string role = "writer_" + dest_db_;
+    pg().exec(dest_db_, "CREATE ROLE " + role + " LOGIN");
+    const std::string config = write_config("", role);
+    const auto check = [&config](std::string* out) {
+        std::string err;
+        const int code = PgtideProcess::run({"check", "-c", config}, out, &err);
+        *out += err;
+        return code;
+    };
+    const auto has = [](const std::string& out, const std::string& line) {
+        return out.find(line) != std::string::npos;
+    };
+
+    std::string out;
+    EXPECT_EQ(check(&out), 2) << out;
+    EXPECT_TRUE(has(out, "FAIL destination writes: role " + role +
+                             " cannot create tables in schema public of the destination"))
+        << out;
+    EXPECT_TRUE(has(out, "fix: GRANT CREATE ON SCHEMA public TO \"" + role + "\"\n")) << out;
+    // items and "Mixed Case" go to public, events to schema other, which is missing.
+    EXPECT_TRUE(has(out, "FAIL destination tables: role " + role +
+                             " cannot create schema \"other\" in the destination"))
+        << out;
+    EXPECT_TRUE(has(out, "FAIL destination tables: role " + role +
+                             " cannot create tables in schema \"public\" of the destination"))
+        << out;
+    std::string run_out;
+    std::string run_err;
+    EXPECT_EQ(PgtideProcess::run({"run", "-c", config, "--once"}, &run_out, &run_err), 1);
+    EXPECT_TRUE(has(run_err, "permission denied for schema public")) << run_err;
+
+    pg().exec(dest_db_, "GRANT CREATE ON SCHEMA public TO " + role);
+    pg().exec(dest_db_, "GRANT CREATE ON DATABASE " + dest_db_ + " TO " + role);
+    out.clear();
+    EXPECT_EQ(check(&out), 0) << out;
+    EXPECT_TRUE(has(out, "ok   destination writes: role " + role + " can write")) << out;
+    EXPECT_TRUE(has(out, "ok   destination tables: role " + role +
+                             " can create the 3 destination tables\n"))
+        << out;
+    ASSERT_EQ(PgtideProcess::run({"run", "-c", config, "--once"}, &run_out, &run_err), 0)
+        << run_err;
+    expect_all_same();
+
+    // A table of another owner: pgtide could not alter it.
+    pg().exec(dest_db_, "ALTER TABLE other.events OWNER TO postgres");
+    out.clear();
+    EXPECT_EQ(check(&out), 2) << out;
+    EXPECT_TRUE(has(out, "FAIL destination tables: role " + role +
+                             " does not own the destination table \"other\".\"events\": "))
+        << out;
+    pg().exec(dest_db_, "ALTER TABLE other.events OWNER TO " + role);
+    out.clear();
+    EXPECT_EQ(check(&out), 0) << out;
+    EXPECT_TRUE(
+        has(out, "ok   destination tables: role " + role + " owns the 3 destination tables\n"))
+        << out;
+
+    // pgtide's own tables, which it reads and writes at every commit.
+    pg().exec(dest_db_, "REVOKE UPDATE ON public._pgtide_tables FROM " + role);
+    out.clear();
+    EXPECT_EQ(check(&out), 2) << out;
+    EXPECT_TRUE(has(out, "FAIL destination writes: role " + role +
+                             " cannot read and write pgtide's tables public._pgtide_tables in "
+                             "the destination; fix: GRANT SELECT, INSERT, UPDATE, DELETE ON "
+                             "public._pgtide_tables TO \"" +
+                             role + "\"\n"))
+        << out;
+    pg().exec(dest_db_, "GRANT UPDATE ON public._pgtide_tables TO " + role);
+
+    pg().exec(dest_db_, "ALTER ROLE " + role + " SET default_transaction_read_only = on");
+    out.clear();
+    EXPECT_EQ(check(&out), 2) << out;
+    EXPECT_TRUE(
+        has(out, "FAIL destination writes: the sessions of role " + role + " on the destination"))
+        << out;
+    EXPECT_TRUE(has(out, "are read-only (default_transaction_read_only = on)")) << out;
+    pg().exec(dest_db_, "ALTER ROLE " + role + " RESET default_transaction_read_only");
+    pg().exec(dest_db_, "DROP OWNED BY " + role + " CASCADE");
+    pg().exec("postgres", "DROP ROLE " + role);
+}
+
 // A destination written before pgtide recorded source OIDs and publication memberships: its
 // _pgtide_tables gains both columns when opened, the tables stay ready (adopted, not copied
 // again), their memberships are recorded, and the stream goes on exactly.
