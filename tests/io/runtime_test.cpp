@@ -318,17 +318,27 @@ Task<void> send_each_and_wait(Channel<std::string>* ch, std::vector<std::string>
     }
 }
 
-Task<void> send_while_handled(Channel<std::string>* ch) {
-    co_await sleep_for(1ms); // while the receiver handles "copy 1"
+// Sends "stream" while the receiver handles "copy 1": once it was taken, before the receiver
+// comes back for the next value. Ordered by the channel's counts and a flag, not by sleeps of
+// a millisecond, which a loaded machine (CI under ASan) overran: "took copy 1 as 1 of 2".
+Task<void> send_while_handled(Channel<std::string>* ch, bool* sent) {
+    while (ch->taken() == 0) {
+        co_await sleep_for(100us);
+    }
     co_await ch->send("stream");
+    *sent = true;
 }
 
-Task<void> handle_slowly(Channel<std::string>* ch, std::vector<std::string>* log, int n) {
+Task<void> handle_slowly(Channel<std::string>* ch, std::vector<std::string>* log, int n,
+                         const bool* stream_sent) {
     for (int i = 0; i < n; ++i) {
         std::optional<std::string> v = co_await ch->recv();
         log->push_back("took " + v.value_or("nothing") + " as " + std::to_string(ch->taken()) +
                        " of " + std::to_string(ch->sent()));
         co_await sleep_for(5ms);
+        while (!*stream_sent) {
+            co_await sleep_for(1ms);
+        }
     }
     ch->close(); // the last sender waits for a recv() that never comes
 }
@@ -337,8 +347,9 @@ TEST(Channel, SendAndWaitReturnsOnceTheReceiverIsDone) {
     EventLoop loop;
     Channel<std::string> ch(4);
     std::vector<std::string> log;
-    sync_wait(loop, when_all(send_each_and_wait(&ch, &log), send_while_handled(&ch),
-                             handle_slowly(&ch, &log, 3)));
+    bool stream_sent = false;
+    sync_wait(loop, when_all(send_each_and_wait(&ch, &log), send_while_handled(&ch, &stream_sent),
+                             handle_slowly(&ch, &log, 3, &stream_sent)));
     // The sender of "copy 1" is woken when the receiver comes back, and runs once the receiver
     // waits again, after it took "stream".
     EXPECT_EQ(log, (std::vector<std::string>{"took copy 1 as 1 of 1", "took stream as 2 of 2",
