@@ -493,6 +493,12 @@ PostgresDestination::TargetName PostgresDestination::target_name(const schema::T
     return {t.target.substr(0, dot), t.target.substr(dot + 1)};
 }
 
+const std::vector<std::string>& PostgresDestination::metadata_tables() {
+    static const std::vector<std::string> names{"_pgtide_checkpoint", "_pgtide_tables",
+                                                "_pgtide_tombstones"};
+    return names;
+}
+
 std::string PostgresDestination::target_sql(const schema::Table& table) {
     const TargetName n = target_name(table);
     return quote_identifier(n.schema) + "." + quote_identifier(n.name);

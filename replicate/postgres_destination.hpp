@@ -135,6 +135,9 @@ public:
     /// The destination table of `table`, quoted: "schema"."name".
     static std::string target_sql(const schema::Table& table);
 
+    /// pgtide's own tables in the destination, all in schema public, unquoted.
+    static const std::vector<std::string>& metadata_tables();
+
 private:
     /// The prepared merge statements of one target table, for one shape of its columns.
     struct Merge {

@@ -612,47 +612,27 @@ io::Task<void> check_source(Config config, std::optional<replicate::Checkpoint> 
     }
 }
 
-// pgtide's metadata tables in a PostgreSQL destination, all in schema public.
-const std::vector<std::string> kMetadataTables = {"_pgtide_checkpoint", "_pgtide_tables",
-                                                  "_pgtide_tombstones"};
-
-io::Task<std::optional<io::PgConnection>> connect_destination(const Config& config,
-                                                              std::vector<CheckVerdict>* out) {
-    std::optional<io::PgConnection> conn;
-    try {
-        conn = co_await io::PgConnection::connect(
-            config.destination.url, replicate::sql_connection_params(), std::chrono::seconds(10));
-    } catch (const io::PgError& e) {
-        out->push_back(
-            fail("destination writes",
-                 "cannot connect to the destination " + destination_name(config) + ": " + e.what(),
-                 "check destination.url", ExitCode::Usage));
-    }
-    co_return conn;
-}
-
 // Into PostgreSQL: can this role's sessions write there, and create pgtide's metadata tables
 // (every start runs CREATE TABLE IF NOT EXISTS for them, which needs CREATE on schema public
-// even when they exist) and write them?
-io::Task<void> check_destination_writes(Config config, std::vector<CheckVerdict>* out) {
-    std::optional<io::PgConnection> conn = co_await connect_destination(config, out);
-    if (!conn) {
-        co_return;
-    }
+// even when they exist) and write them? CASE, not AND, guards the privilege functions, which
+// fail on a schema or table that does not exist: SQL does not promise AND's order.
+io::Task<void> check_destination_writes(Config config, io::PgConnection* conn,
+                                        std::vector<CheckVerdict>* out) {
+    const std::vector<std::string>& metadata = replicate::PostgresDestination::metadata_tables();
     const std::string sql =
         "SELECT pg_catalog.pg_is_in_recovery(), "
         "pg_catalog.current_setting('transaction_read_only') = 'on', current_user, "
-        "pg_catalog.to_regnamespace('public') IS NOT NULL AND "
-        "pg_catalog.has_schema_privilege('public', 'CREATE'), "
+        "CASE WHEN pg_catalog.to_regnamespace('public') IS NOT NULL THEN "
+        "pg_catalog.has_schema_privilege('public', 'CREATE') END, "
         "coalesce((SELECT pg_catalog.string_agg('public.' || m.name, ', ' ORDER BY m.ord) "
         "FROM unnest($1::text[]) WITH ORDINALITY AS m(name, ord) "
-        "WHERE pg_catalog.to_regclass('public.' || m.name) IS NOT NULL AND NOT ("
+        "WHERE CASE WHEN pg_catalog.to_regclass('public.' || m.name) IS NOT NULL THEN NOT ("
         "pg_catalog.has_table_privilege('public.' || m.name, 'SELECT') AND "
         "pg_catalog.has_table_privilege('public.' || m.name, 'INSERT') AND "
         "pg_catalog.has_table_privilege('public.' || m.name, 'UPDATE') AND "
-        "pg_catalog.has_table_privilege('public.' || m.name, 'DELETE'))), ''), "
+        "pg_catalog.has_table_privilege('public.' || m.name, 'DELETE')) END), ''), "
         "pg_catalog.to_regnamespace('public') IS NOT NULL";
-    std::vector<std::optional<std::string>> params{schema::text_array_literal(kMetadataTables)};
+    std::vector<std::optional<std::string>> params{schema::text_array_literal(metadata)};
     io::PgResult r = co_await conn->exec_params(sql, std::move(params));
     const std::string role(r.get(0, 2));
     const std::string quoted_role = schema::quote_identifier(role);
@@ -686,7 +666,7 @@ io::Task<void> check_destination_writes(Config config, std::vector<CheckVerdict>
                             "role " + role +
                                 " cannot create tables in schema public of the destination: "
                                 "pgtide keeps its tables there (" +
-                                join(kMetadataTables) +
+                                join(metadata) +
                                 ") and creates them at every start where missing, which takes "
                                 "CREATE there even when they exist",
                             "GRANT CREATE ON SCHEMA public TO " + quoted_role, ExitCode::Usage));
@@ -709,12 +689,8 @@ io::Task<void> check_destination_writes(Config config, std::vector<CheckVerdict>
 // Into PostgreSQL: can this role create the destination tables that are missing (and their
 // schemas), and change those that exist? pgtide alters them (their key during a copy, columns
 // the source adds) and empties them for a copy, which takes their owner.
-io::Task<void> check_destination_tables(Config config, std::vector<schema::Table> tables,
+io::Task<void> check_destination_tables(std::vector<schema::Table> tables, io::PgConnection* conn,
                                         std::vector<CheckVerdict>* out) {
-    std::optional<io::PgConnection> conn = co_await connect_destination(config, out);
-    if (!conn) {
-        co_return;
-    }
     std::vector<std::string> schemas;
     std::vector<std::string> names;
     for (const auto& t : tables) {
@@ -738,15 +714,13 @@ io::Task<void> check_destination_tables(Config config, std::vector<schema::Table
     std::vector<std::optional<std::string>> params{schema::text_array_literal(schemas),
                                                    schema::text_array_literal(names)};
     io::PgResult r = co_await conn->exec_params(sql, std::move(params));
-    std::string role;
-    std::string database;
+    const std::string role(r.get(0, 4));
+    const std::string database(r.get(0, 5));
     std::set<std::string> no_schema;    // schemas to create, without CREATE on the database
     std::set<std::string> no_create;    // schemas to create tables in, without CREATE there
     std::vector<std::string> not_owned; // existing tables the role does not own
     std::size_t existing = 0;
     for (int i = 0; i < r.rows(); ++i) {
-        role = std::string(r.get(i, 4));
-        database = std::string(r.get(i, 5));
         const auto at = std::size_t(i);
         const std::string table = qualified_sql(schemas[at], names[at]);
         if (r.get(i, 2) == "t") {
@@ -876,13 +850,27 @@ io::Task<CheckReport> run_check(Config config) {
                                                     "destination, marked _pgtide_deleted = 1"));
         }
     }
+    // Into PostgreSQL, one more connection for what the destination's role may do there.
+    std::optional<io::PgConnection> writes;
     if (config.destination.is_postgresql() && dest.probe.ok) {
-        co_await check_destination_writes(config, &report.verdicts);
+        try {
+            writes = co_await io::PgConnection::connect(config.destination.url,
+                                                        replicate::sql_connection_params(),
+                                                        std::chrono::seconds(10));
+        } catch (const io::PgError& e) {
+            report.verdicts.push_back(fail("destination writes",
+                                           "cannot connect to the destination " +
+                                               destination_name(config) + ": " + e.what(),
+                                           "check destination.url", ExitCode::Usage));
+        }
+    }
+    if (writes) {
+        co_await check_destination_writes(config, &*writes, &report.verdicts);
     }
     std::vector<schema::Table> published;
     co_await check_source(config, dest.checkpoint, &report.verdicts, &published);
-    if (config.destination.is_postgresql() && dest.probe.ok && !published.empty()) {
-        co_await check_destination_tables(config, std::move(published), &report.verdicts);
+    if (writes && !published.empty()) {
+        co_await check_destination_tables(std::move(published), &*writes, &report.verdicts);
     }
     co_return report;
 }
